@@ -1,0 +1,41 @@
+/*
+ * fp8attn: C ABI for foreign callers (the Python package uses it through ctypes).
+ * All functions return an fp8attn_status_code; on failure the message is copied (NUL-terminated,
+ * truncated to fit) into err_buf when err_buf is not NULL.
+ */
+#ifndef FP8ATTN_C_API_H_
+#define FP8ATTN_C_API_H_
+
+#include <stddef.h>
+
+#include "fp8attn/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fp8attn_status_code {
+  FP8ATTN_OK = 0,
+  FP8ATTN_INVALID_ARGUMENT = 1,
+  FP8ATTN_NOT_SUPPORTED = 2,
+  FP8ATTN_NOT_COMPILED = 3,
+  FP8ATTN_CUDA_ERROR = 4
+} fp8attn_status_code;
+
+/* Defaults: everything NULL/0, window (-1, -1), softmax_scale 0 (must be set), num_splits 0 (heuristic). */
+void fp8attn_fwd_params_init(fp8attn_fwd_params* params);
+/* sizeof(fp8attn_fwd_params) in this build, so bindings can check their mirror of the struct. */
+size_t fp8attn_fwd_params_size(void);
+
+int fp8attn_fwd_workspace_size(const fp8attn_fwd_params* params, size_t* bytes, char* err_buf, size_t err_len);
+/* stream: a cudaStream_t (NULL = the legacy default stream). */
+int fp8attn_fwd(const fp8attn_fwd_params* params, void* stream, char* err_buf, size_t err_len);
+
+/* The compiled kernels, one per line "d=128 dv=128 block_m=128 block_n=128 ...", for diagnostics. */
+const char* fp8attn_compiled_kernels(void);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* FP8ATTN_C_API_H_ */

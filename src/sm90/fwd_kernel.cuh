@@ -1,0 +1,108 @@
+// fp8attn SM90 forward: the kernel, composing the warp roles.
+//
+//   warpgroup 0      producer: TMA Q/K/V, V transpose            (setmaxnreg down)
+//   warpgroups 1..W  MMA: QK^T, softmax, PV, epilogue, 64 rows each (setmaxnreg up)
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "sm90/epilogue.cuh"
+#include "sm90/kernel_args.cuh"
+#include "sm90/mainloop_mma.cuh"
+#include "sm90/mask.cuh"
+#include "sm90/producer_load.cuh"
+#include "sm90/softmax.cuh"
+#include "sm90/tile_scheduler.cuh"
+
+namespace fp8attn::sm90 {
+
+template <class Traits, class Params>
+__global__ void __launch_bounds__(Traits::kNumThreads, 1) fwd_kernel(const __grid_constant__ Params params) {
+  using SharedStorage = typename Traits::SharedStorage;
+  using PipelineK = typename Traits::PipelineK;
+  using PipelineVLoad = typename Traits::PipelineVLoad;
+  using PipelineVt = typename Traits::PipelineVt;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+
+  const int warp_idx = cutlass::canonical_warp_idx_sync();
+  const int warpgroup = warp_idx / 4;
+  const bool is_producer = warpgroup == 0;
+  const FwdArgs& args = params.args;
+
+  if (warp_idx == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    smem.barrier_q.init(/*arrive_count=*/1);
+  }
+
+  // Barriers are initialised by warp 0 inside the pipeline constructors.
+  typename PipelineK::Params k_params;
+  k_params.role = is_producer ? PipelineK::ThreadCategory::Producer : PipelineK::ThreadCategory::Consumer;
+  k_params.is_leader = threadIdx.x == 0;
+  k_params.num_consumers = Traits::kNumMmaThreads;
+  k_params.transaction_bytes = Traits::kBytesK;
+  PipelineK pipeline_k(smem.pipeline_k, k_params, Shape<_1, _1, _1>{});
+
+  typename PipelineVLoad::Params vload_params;
+  vload_params.role = is_producer ? PipelineVLoad::ThreadCategory::ProducerConsumer
+                                  : PipelineVLoad::ThreadCategory::NonParticipant;
+  vload_params.is_leader = threadIdx.x == 0;
+  vload_params.num_consumers = Traits::kNumProducerThreads;
+  vload_params.transaction_bytes = Traits::kBytesV;
+  PipelineVLoad pipeline_vload(smem.pipeline_vload, vload_params, Shape<_1, _1, _1>{});
+
+  typename PipelineVt::Params vt_params;
+  vt_params.role = is_producer ? PipelineVt::ThreadCategory::Producer : PipelineVt::ThreadCategory::Consumer;
+  vt_params.producer_arv_count = Traits::kNumProducerThreads;
+  vt_params.consumer_arv_count = Traits::kNumMmaThreads;
+  PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
+
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  const TileCoord tile = SingleTileScheduler::tile();
+  const SeqInfo seq(args, tile.batch);
+  if (tile.m_block * kBlockM >= seq.seqlen_q) { return; }  // the whole CTA agrees: no barrier is left waiting
+  const Mask<kBlockM, kBlockN> mask(seq, args, tile.m_block);
+  const KvBlockRange range = mask.kv_block_range();
+  const bool has_work = range.n_block_max > range.n_block_min;
+
+  if (is_producer) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (has_work) {
+      ProducerLoad<Traits>::run(params, smem, pipeline_k, pipeline_vload, pipeline_vt, seq, range, tile.m_block,
+                                tile.head_q);
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegs>();
+    const int mma_thread = threadIdx.x - Traits::kNumProducerThreads;
+    const int kv_head = tile.head_q / args.qheads_per_kvhead;
+    const float qk_descale = args.q_descale.load(tile.batch, kv_head) * args.k_descale.load(tile.batch, kv_head);
+    OnlineSoftmax softmax(args.softmax_scale_log2 * qk_descale);
+    typename MainloopMma<Traits>::FragmentO tOrO;
+    clear(tOrO);
+    if (has_work) {
+      smem.barrier_q.wait(0);
+      MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
+    }
+    float sink_log2 = -INFINITY;
+    if (args.sink != nullptr) {
+      const float sink = args.sink_is_bf16
+                             ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[tile.head_q])
+                             : static_cast<const float*>(args.sink)[tile.head_q];
+      sink_log2 = sink * kLog2e;
+    }
+    float o_scale[2], lse[2];
+    softmax.finalize(args.v_descale.load(tile.batch, kv_head), sink_log2, o_scale, lse);
+    Epilogue<Traits>::store(args, seq, tile.m_block, tile.head_q, mma_thread, tOrO, o_scale, lse);
+  }
+}
+
+}  // namespace fp8attn::sm90

@@ -1,0 +1,119 @@
+// fp8attn SM90 forward: host side of one kernel instantiation — TMA descriptors, kernel params, launch.
+// Included only by the generated instantiation files (build/generated/fwd_*.cu).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+
+#include "fp8attn/params.h"
+#include "host/config.h"
+#include "sm90/fwd_kernel.cuh"
+#include "sm90/kernel_args.cuh"
+#include "sm90/kernel_traits.cuh"
+
+namespace fp8attn::sm90 {
+
+using namespace cute;
+
+// Q, K and V as TMA sees them: (rows, head dim, heads, batches), head dim contiguous. Dense tensors have
+// one "batch" per sequence; varlen tensors are one packed batch and each sequence is a row offset.
+using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
+using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+
+template <class Traits>
+struct KernelParams {
+  using Element = typename Traits::Element;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(), typename Traits::SmemLayoutQ{},
+                                      Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(),
+                                      take<0, 2>(typename Traits::SmemLayoutK{}),
+                                      Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(),
+                                      take<0, 2>(typename Traits::SmemLayoutVLoad{}),
+                                      Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDimV>>{}, _1{}));
+
+  FwdArgs args;
+  GmemShape shape_q, shape_k, shape_v;
+  TmaQ tma_q;
+  TmaK tma_k;
+  TmaV tma_v;
+};
+
+inline DescaleArg make_descale_arg(const fp8attn_descale& d) {
+  return DescaleArg{d.ptr, d.batch_stride, d.head_stride};
+}
+
+inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p) {
+  FwdArgs a;
+  a.batch = p.batch;
+  a.seqlen_q = p.seqlen_q;
+  a.seqlen_k = p.seqlen_k;
+  a.num_heads_q = p.num_heads_q;
+  a.num_heads_kv = p.num_heads_kv;
+  a.qheads_per_kvhead = p.num_heads_q / p.num_heads_kv;
+  a.cu_seqlens_q = p.cu_seqlens_q;
+  a.cu_seqlens_k = p.cu_seqlens_k;
+  a.seqused_k = p.seqused_k;
+  a.out = p.out;
+  a.out_is_bf16 = p.out_dtype == FP8ATTN_DTYPE_BF16;
+  a.o_batch_stride = p.o_batch_stride;
+  a.o_row_stride = p.o_row_stride;
+  a.o_head_stride = p.o_head_stride;
+  a.lse = p.lse;
+  a.lse_batch_stride = p.cu_seqlens_q != nullptr ? 0 : p.lse_batch_stride;
+  a.lse_head_stride = p.lse_head_stride;
+  a.softmax_scale_log2 = p.softmax_scale * kLog2e;
+  a.q_descale = make_descale_arg(p.q_descale);
+  a.k_descale = make_descale_arg(p.k_descale);
+  a.v_descale = make_descale_arg(p.v_descale);
+  a.sink = p.sink;
+  a.sink_is_bf16 = p.sink_dtype == FP8ATTN_DTYPE_BF16;
+  a.window_left = p.window_left;
+  a.window_right = p.causal ? 0 : p.window_right;
+  return a;
+}
+
+template <class Traits>
+cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, cudaStream_t stream) {
+  using Params = KernelParams<Traits>;
+  using Element = typename Traits::Element;
+  Params params;
+  params.args = make_fwd_args(p);
+
+  const bool varlen_q = p.cu_seqlens_q != nullptr;
+  const bool varlen_k = p.cu_seqlens_k != nullptr;
+  // A TMA box dimension may not be 0; an empty tensor is never read (no CTA has rows or keys), so 1 is safe.
+  const int rows_q = std::max(1, varlen_q ? p.total_q : p.seqlen_q);
+  const int rows_k = std::max(1, varlen_k ? p.total_k : p.seqlen_k);
+  const int batches_q = varlen_q ? 1 : p.batch;
+  const int batches_k = varlen_k ? 1 : p.batch;
+  params.shape_q = GmemShape{rows_q, p.head_dim, p.num_heads_q, batches_q};
+  params.shape_k = GmemShape{rows_k, p.head_dim, p.num_heads_kv, batches_k};
+  params.shape_v = GmemShape{rows_k, p.head_dim_v, p.num_heads_kv, batches_k};
+
+  auto q = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)), params.shape_q,
+                       GmemStride{p.q_row_stride, _1{}, p.q_head_stride, p.q_batch_stride});
+  auto k = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.k)), params.shape_k,
+                       GmemStride{p.k_row_stride, _1{}, p.k_head_stride, p.k_batch_stride});
+  auto v = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.v)), params.shape_v,
+                       GmemStride{p.v_row_stride, _1{}, p.v_head_stride, p.v_batch_stride});
+  params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQ{},
+                               Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
+  params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutK{}),
+                               Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
+  params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutVLoad{}),
+                               Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDimV>>{}, _1{});
+
+  auto kernel = fwd_kernel<Traits, Params>;
+  constexpr int kSmemBytes = Traits::kSmemBytes;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (err != cudaSuccess) { return err; }
+  const dim3 grid(config.grid_x, config.grid_y, config.grid_z);
+  kernel<<<grid, Traits::kNumThreads, kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace fp8attn::sm90

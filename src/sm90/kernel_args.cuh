@@ -1,0 +1,84 @@
+// fp8attn SM90 forward: the per-call values every warp role reads, and the per-sequence view of them.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/config.hpp>
+
+namespace fp8attn::sm90 {
+
+// A per-(batch, kv head) scale read in place; ptr == nullptr means 1. Strides may be 0 (broadcast).
+struct DescaleArg {
+  const float* ptr = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+
+  CUTE_DEVICE float load(int batch, int kv_head) const {
+    return ptr == nullptr ? 1.f : ptr[batch * batch_stride + kv_head * head_stride];
+  }
+};
+
+// Derived on the host from fp8attn_fwd_params (src/host/dispatch.cpp); TMA descriptors travel beside it.
+struct FwdArgs {
+  int batch = 0;
+  int seqlen_q = 0;  // dense length, or varlen max_seqlen_q
+  int seqlen_k = 0;  // dense length, or varlen/paged max_seqlen_k
+  int num_heads_q = 0;
+  int num_heads_kv = 0;
+  int qheads_per_kvhead = 1;
+
+  const int* cu_seqlens_q = nullptr;  // [batch + 1]
+  const int* cu_seqlens_k = nullptr;  // [batch + 1]
+  const int* seqused_k = nullptr;     // [batch]
+
+  void* out = nullptr;  // like q with dv; fp16 or bf16
+  bool out_is_bf16 = true;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  float* lse = nullptr;  // optional
+  int64_t lse_batch_stride = 0, lse_head_stride = 0;
+
+  float softmax_scale_log2 = 0.f;  // softmax_scale * log2(e); q and k descales are folded in per CTA
+  DescaleArg q_descale, k_descale, v_descale;
+  const void* sink = nullptr;  // [num_heads_q] logits, fp32 or bf16
+  bool sink_is_bf16 = false;
+
+  // Bottom-right aligned window; causal arrives here as window_right = 0. -1: unbounded.
+  int window_left = -1;
+  int window_right = -1;
+};
+
+// Where one sequence's rows live and how long it is.
+struct SeqInfo {
+  int seqlen_q;
+  int seqlen_k;
+  int offset_q;  // first row of this sequence in q/out (varlen), 0 for dense
+  int offset_k;  // first row in k/v (varlen), 0 for dense
+  int tma_batch_q;  // batch coordinate of the q TMA tensor: b for dense, 0 for varlen (one packed batch)
+  int tma_batch_k;
+
+  CUTE_DEVICE SeqInfo(const FwdArgs& args, int batch) {
+    if (args.cu_seqlens_q != nullptr) {
+      offset_q = args.cu_seqlens_q[batch];
+      seqlen_q = args.cu_seqlens_q[batch + 1] - offset_q;
+      tma_batch_q = 0;
+    } else {
+      offset_q = 0;
+      seqlen_q = args.seqlen_q;
+      tma_batch_q = batch;
+    }
+    if (args.cu_seqlens_k != nullptr) {
+      offset_k = args.cu_seqlens_k[batch];
+      seqlen_k = args.cu_seqlens_k[batch + 1] - offset_k;
+      tma_batch_k = 0;
+    } else {
+      offset_k = 0;
+      seqlen_k = args.seqlen_k;
+      tma_batch_k = batch;
+    }
+    if (args.seqused_k != nullptr) {
+      seqlen_k = args.seqused_k[batch];
+    }
+  }
+};
+
+}  // namespace fp8attn::sm90

@@ -1,0 +1,113 @@
+// fp8attn SM90 forward: compile-time shape of one kernel instantiation.
+//
+// One CTA = one producer warpgroup (TMA loads + the V transpose) and kBlockM / 64 MMA warpgroups, each
+// owning 64 query rows. Both GEMMs are FP8 WGMMA: S = Q K^T with both operands in shared memory (SS),
+// O_tile = P V with P from registers (RS) and V^T in shared memory. FP8 WGMMA only takes K-major
+// operands, and V arrives row-major ([keys, dv]), so the producer transposes every V tile into sVt.
+// docs/design.md has the byte and cycle budget behind these numbers.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/pipeline/pipeline.hpp>
+#include <cutlass/arch/barrier.h>
+
+namespace fp8attn::sm90 {
+
+using namespace cute;
+
+// The GMMA shared-memory swizzle atom for a K-major operand whose K extent is kBytes bytes: the widest
+// swizzle that tiles it (128 B when the row is a multiple of 128 B, else 64 B or 32 B), so that TMA writes
+// and ldmatrix/stmatrix/WGMMA reads of 16-byte chunks are bank-conflict free.
+template <class Element, int kBytes>
+constexpr auto k_major_swizzle_atom() {
+  if constexpr (kBytes % 128 == 0) {
+    return GMMA::Layout_K_SW128_Atom<Element>{};
+  } else if constexpr (kBytes % 64 == 0) {
+    return GMMA::Layout_K_SW64_Atom<Element>{};
+  } else {
+    static_assert(kBytes % 32 == 0, "K extent must be a multiple of 32 bytes");
+    return GMMA::Layout_K_SW32_Atom<Element>{};
+  }
+}
+
+template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_>
+struct KernelTraits {
+  using Element = cutlass::float_e4m3_t;  // Q, K, V and P
+  using ElementAccum = float;
+
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = 2;  // K, V-as-loaded and V^T each double-buffered
+
+  static constexpr int kNumMmaWarpgroups = kBlockM / 64;
+  static constexpr int kNumProducerThreads = 128;
+  static constexpr int kNumMmaThreads = 128 * kNumMmaWarpgroups;
+  static constexpr int kNumThreads = kNumProducerThreads + kNumMmaThreads;
+
+  // Two-level accumulation keeps a second fp32 accumulator (the tile's P V) next to O. For dv > 128 the
+  // PV GEMM runs in dv chunks through one chunk-sized tile accumulator, so O + O_tile + S fit the budget.
+  static constexpr int kPvChunk = kHeadDimV <= 128 ? kHeadDimV : kHeadDimV / 2;
+  static constexpr int kNumPvChunks = kHeadDimV / kPvChunk;
+
+  // setmaxnreg split. The producer also transposes V, so it keeps more than a pure TMA warpgroup would.
+  static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 ? 56 : 40;
+  static constexpr int kMmaRegs = kNumMmaWarpgroups == 1 ? 256 : 232;
+
+  static_assert(kBlockM == 64 || kBlockM == 128, "block_m is 64 or 128 (one or two MMA warpgroups)");
+  static_assert(kBlockN % 32 == 0 && kBlockN <= 256, "block_n is a multiple of the FP8 WGMMA K step (32)");
+  static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0, "head dims are multiples of 32");
+  static_assert(kHeadDimV % kPvChunk == 0 && kPvChunk % 8 == 0 && kPvChunk <= 256, "PV chunk is a WGMMA N");
+  // The V transpose moves 16 keys x 32 dv bytes per ldmatrix.x4/stmatrix.x4 and spreads them over 4 warps.
+  static_assert((kBlockN / 16) * (kHeadDimV / 32) % 4 == 0, "V transpose units must split over 4 warps");
+
+  using AtomLayoutMma = Layout<Shape<Int<kNumMmaWarpgroups>, _1, _1>>;
+  // S = Q K^T: (kBlockM, kBlockN) accumulated over kHeadDim.
+  using TiledMmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
+      AtomLayoutMma{}));
+  // O_tile = P V^T-view: (kBlockM, kPvChunk) accumulated over kBlockN, P from registers.
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kPvChunk>, Int<kBlockN>>>(),
+      AtomLayoutMma{}));
+
+  using SmemLayoutQ = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
+                                             Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (BLK_M, D)
+  using SmemLayoutK = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
+                                             Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));  // (BLK_N, D, PIPE)
+  // V as TMA lands it: row-major [keys, dv], swizzled like K so ldmatrix.trans reads are conflict-free.
+  using SmemLayoutVLoad = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDimV>(),
+                                                 Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));  // (BLK_N, DV, PIPE)
+  // V^T for the PV GEMM: [dv, key slots], K-major. Key slots follow the P register order (see transpose).
+  using SmemLayoutVt = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(),
+                                              Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}));  // (DV, BLK_N, PIPE)
+
+  using PipelineK = cutlass::PipelineTmaAsync<kStages>;      // TMA -> MMA warpgroups
+  using PipelineVLoad = cutlass::PipelineTmaAsync<kStages>;  // TMA -> producer warpgroup (transpose)
+  using PipelineVt = cutlass::PipelineAsync<kStages>;        // producer warpgroup -> MMA warpgroups
+
+  struct SharedStorage {
+    // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows x 128 B.
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> smem_q;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> smem_k;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVLoad>> smem_vload;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> smem_vt;
+    typename PipelineK::SharedStorage pipeline_k;
+    typename PipelineVLoad::SharedStorage pipeline_vload;
+    typename PipelineVt::SharedStorage pipeline_vt;
+    cutlass::arch::ClusterTransactionBarrier barrier_q;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the SM90 per-block limit");
+
+  static constexpr uint32_t kBytesQ = kBlockM * kHeadDim;
+  static constexpr uint32_t kBytesK = kBlockN * kHeadDim;
+  static constexpr uint32_t kBytesV = kBlockN * kHeadDimV;
+};
+
+}  // namespace fp8attn::sm90

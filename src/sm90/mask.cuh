@@ -1,0 +1,79 @@
+// fp8attn SM90 forward: which KV blocks a query tile visits, and the element mask on the blocks that
+// straddle a boundary (sequence end, causal/window diagonals).
+//
+// Masks are bottom-right aligned (FlashAttention's convention): key j is visible to query row i iff
+//   j < seqlen_k  and  j <= i + seqlen_k - seqlen_q + window_right  and  j >= i + seqlen_k - seqlen_q - window_left
+// with an unbounded side when its window is -1 (causal is window_right = 0).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "sm90/kernel_args.cuh"
+
+namespace fp8attn::sm90 {
+
+struct KvBlockRange {
+  int n_block_min;
+  int n_block_max;  // exclusive; empty when n_block_max <= n_block_min
+};
+
+template <int kBlockM, int kBlockN>
+struct Mask {
+  int seqlen_q, seqlen_k;
+  int window_left, window_right;
+  int m_block;
+
+  CUTE_DEVICE Mask(const SeqInfo& seq, const FwdArgs& args, int m_block_)
+      : seqlen_q(seq.seqlen_q), seqlen_k(seq.seqlen_k), window_left(args.window_left),
+        window_right(args.window_right), m_block(m_block_) {}
+
+  CUTE_DEVICE KvBlockRange kv_block_range() const {
+    int n_max = cute::ceil_div(seqlen_k, kBlockN);
+    int n_min = 0;
+    const int row_first = m_block * kBlockM;
+    // Rows past seqlen_q are never stored, so they do not widen the range.
+    const int row_last = min(row_first + kBlockM, seqlen_q) - 1;
+    const int diag = seqlen_k - seqlen_q;
+    if (window_right >= 0) {
+      const int key_hi = row_last + diag + window_right;  // last key any row of the tile sees
+      n_max = min(n_max, key_hi < 0 ? 0 : key_hi / kBlockN + 1);
+    }
+    if (window_left >= 0) {
+      const int key_lo = row_first + diag - window_left;  // first key any row of the tile sees
+      n_min = max(n_min, key_lo < 0 ? 0 : key_lo / kBlockN);
+    }
+    return {n_min, n_max};
+  }
+
+  // Whether block n_block has any key that some row of the tile must not see.
+  CUTE_DEVICE bool needs_mask(int n_block) const {
+    const int key_first = n_block * kBlockN;
+    const int key_last = key_first + kBlockN - 1;
+    const int row_first = m_block * kBlockM;
+    const int row_last = row_first + kBlockM - 1;
+    const int diag = seqlen_k - seqlen_q;
+    return key_last >= seqlen_k ||
+           (window_right >= 0 && key_last > row_first + diag + window_right) ||
+           (window_left >= 0 && key_first < row_last + diag - window_left);
+  }
+
+  // Sets masked scores to -inf. tSrS: (MMA, MMA_M, MMA_N) fp32 scores; tScS: the same partition of the
+  // identity tensor over (kBlockM, kBlockN), giving each score's (row, col) inside the tile.
+  template <class TensorS, class TensorC>
+  CUTE_DEVICE void apply(TensorS& tSrS, const TensorC& tScS, int n_block) const {
+    const int diag = seqlen_k - seqlen_q;
+    const int key_base = n_block * kBlockN;
+    const int row_base = m_block * kBlockM;
+    CUTE_UNROLL
+    for (int i = 0; i < cute::size(tSrS); ++i) {
+      const int row = row_base + int(cute::get<0>(tScS(i)));
+      const int key = key_base + int(cute::get<1>(tScS(i)));
+      const bool hidden = key >= seqlen_k ||
+                          (window_right >= 0 && key > row + diag + window_right) ||
+                          (window_left >= 0 && key < row + diag - window_left);
+      if (hidden) { tSrS(i) = -INFINITY; }
+    }
+  }
+};
+
+}  // namespace fp8attn::sm90

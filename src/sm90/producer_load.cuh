@@ -1,0 +1,155 @@
+// fp8attn SM90 forward, producer warpgroup: TMA loads of Q, K and V, and the V transpose.
+//
+// FP8 WGMMA reads B only K-major, but V is stored [keys, dv] (dv contiguous) and TMA cannot transpose.
+// So V lands row-major in sVLoad, and the four producer warps rewrite it into the K-major sVt
+// (ldmatrix.trans, byte permutes, stmatrix) for the MMA warpgroups, through a second pipeline. The
+// transpose of block n runs while the TMA of block n-1 is in flight and the MMA warpgroups work on
+// block n+1 (blocks are visited from the last to the first).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/arch/copy_sm75.hpp>
+#include <cute/arch/copy_sm90.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "sm90/kernel_args.cuh"
+#include "sm90/mask.cuh"
+
+namespace fp8attn::sm90 {
+
+using namespace cute;
+
+template <class Traits>
+struct ProducerLoad {
+  using Element = typename Traits::Element;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kHeadDimV = Traits::kHeadDimV;
+  using SharedStorage = typename Traits::SharedStorage;
+  using PipelineK = typename Traits::PipelineK;
+  using PipelineVLoad = typename Traits::PipelineVLoad;
+  using PipelineVt = typename Traits::PipelineVt;
+  using PipelineState = cutlass::PipelineState<Traits::kStages>;
+
+  // Transpose units: 16 keys x 32 dv bytes each (one ldmatrix.x4.trans + one stmatrix.x4 per warp).
+  static constexpr int kKeyGroups = kBlockN / 16;
+  static constexpr int kUnitsPerWarp = kKeyGroups * (kHeadDimV / 32) / 4;
+
+  template <class Params>
+  CUTE_DEVICE static void run(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
+                              PipelineVLoad& pipeline_vload, PipelineVt& pipeline_vt, const SeqInfo& seq,
+                              KvBlockRange range, int m_block, int head_q) {
+    const int warp = cutlass::canonical_warp_idx_sync();  // 0..3 inside the producer warpgroup
+    const int lane = threadIdx.x % 32;
+    // One thread issues every TMA; it is also the pipelines' leader (expect-tx on the full barriers).
+    const bool is_tma_issuer = threadIdx.x == 0;
+    const int kv_head = head_q / params.args.qheads_per_kvhead;
+
+    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});        // (BLK_M, D)
+    Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});        // (BLK_N, D, PIPE)
+    Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
+    Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});     // (DV, BLK_N, PIPE)
+
+    // Global tiles as TMA coordinate tensors; varlen sequences are a row offset into one packed batch.
+    Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q)(_, _, head_q, seq.tma_batch_q);   // (rows_q, D)
+    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, D)
+    Tensor mV = params.tma_v.get_tma_tensor(params.shape_v)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, DV)
+    Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQ),
+                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));  // (BLK_M, D)
+    Tensor gK = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mK),
+                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (BLK_N, D, n_blocks)
+    Tensor gV = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mV),
+                           Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(_, _0{}));  // (BLK_N, DV, n_blocks)
+
+    auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVLoad), group_modes<0, 2>(gV));
+
+    PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
+    PipelineState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
+    PipelineState transpose_read_state;  // consumer side of pipeline_vload
+    PipelineState transpose_write_state = cutlass::make_producer_start_state<PipelineVt>();
+
+    if (is_tma_issuer) {
+      smem.barrier_q.arrive_and_expect_tx(Traits::kBytesQ);
+      copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(smem.barrier_q), 0),
+           tQgQ, tQsQ);
+    }
+
+    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+      if (is_tma_issuer) {
+        // V first: its transpose is the longer path to the MMA warpgroups.
+        pipeline_vload.producer_acquire(load_v_state);
+        copy(params.tma_v.with(*pipeline_vload.producer_get_barrier(load_v_state), 0),
+             tVgV(_, n_block), tVsV(_, load_v_state.index()));
+        ++load_v_state;
+        pipeline_k.producer_acquire(load_k_state);
+        copy(params.tma_k.with(*pipeline_k.producer_get_barrier(load_k_state), 0),
+             tKgK(_, n_block), tKsK(_, load_k_state.index()));
+        ++load_k_state;
+      }
+      __syncwarp();  // ldmatrix/stmatrix below are warp-collective: reconverge warp 0 after the issue
+      if (n_block + 1 < range.n_block_max) {
+        transpose_v(sVLoad, sVt, pipeline_vload, pipeline_vt, transpose_read_state, transpose_write_state,
+                    seq.seqlen_k - (n_block + 1) * kBlockN, warp, lane);
+      }
+    }
+    transpose_v(sVLoad, sVt, pipeline_vload, pipeline_vt, transpose_read_state, transpose_write_state,
+                seq.seqlen_k - range.n_block_min * kBlockN, warp, lane);
+  }
+
+  // Rewrites one V tile, [keys, dv] in sVLoad, as [dv, key slots] in sVt. Within every 16 keys k0..k0+15,
+  // slot 4q + e holds key k0 + {2q, 2q+1, 2q+8, 2q+9}[e]: the order in which scores_to_pv_operand()
+  // leaves P in registers, so P needs no shuffles. Keys at or past `valid_keys` are written as zeros:
+  // their P is 0, but 0 * NaN (padding, unused pages) would not be.
+  template <class TensorVLoad, class TensorVt>
+  CUTE_DEVICE static void transpose_v(TensorVLoad& sVLoad, TensorVt& sVt, PipelineVLoad& pipeline_vload,
+                                      PipelineVt& pipeline_vt, PipelineState& read_state,
+                                      PipelineState& write_state, int valid_keys, int warp, int lane) {
+    pipeline_vload.consumer_wait(read_state);
+    pipeline_vt.producer_acquire(write_state);
+    Tensor sVLoadStage = sVLoad(_, _, read_state.index());  // (BLK_N, DV)
+    Tensor sVtStage = sVt(_, _, write_state.index());        // (DV, BLK_N)
+    const int matrix = lane / 8;  // which of the four 8x8 b16 matrices this lane addresses
+    const int matrix_row = lane % 8;
+    const int quad_pos = lane % 4;  // q: this lane ends up holding key slots 4q..4q+3
+    // Not unrolled: the producer runs on few registers (setmaxnreg), and 16 live swizzled addresses
+    // would not fit; the loop body is a handful of instructions around two shared-memory ops.
+    #pragma unroll 1
+    for (int i = 0; i < kUnitsPerWarp; ++i) {
+      const int unit = warp + 4 * i;
+      const int key0 = (unit % kKeyGroups) * 16;
+      const int dv0 = (unit / kKeyGroups) * 32;
+      // Matrices: keys +0..7 / +8..15 (bit 0) x dv bytes +0..15 / +16..31 (bit 1), 16 bytes per row.
+      const Element* src = &sVLoadStage(key0 + matrix_row + 8 * (matrix & 1), dv0 + 16 * (matrix >> 1));
+      uint32_t r[4];
+      SM75_U16x8_LDSM_T::copy(*reinterpret_cast<const uint128_t*>(src), r[0], r[1], r[2], r[3]);
+      // After .trans, r[m] = bytes {V[k][c], V[k][c+1], V[k+1][c], V[k+1][c+1]} with k = key0 + 2q (+8 for
+      // odd m) and c = dv0 + 2 * (lane / 4) (+16 for m >= 2).
+      if (valid_keys < kBlockN) {
+        CUTE_UNROLL
+        for (int m = 0; m < 4; ++m) {
+          const int key = key0 + 2 * quad_pos + 8 * (m & 1);
+          r[m] &= (key < valid_keys ? 0x0000ffffu : 0u) | (key + 1 < valid_keys ? 0xffff0000u : 0u);
+        }
+      }
+      // Even bytes of (r0, r1) are column c of keys {2q, 2q+1, 2q+8, 2q+9}; odd bytes are column c + 1.
+      const uint32_t col_even_lo = __byte_perm(r[0], r[1], 0x6420);
+      const uint32_t col_odd_lo = __byte_perm(r[0], r[1], 0x7531);
+      const uint32_t col_even_hi = __byte_perm(r[2], r[3], 0x6420);
+      const uint32_t col_odd_hi = __byte_perm(r[2], r[3], 0x7531);
+      // stmatrix rows: matrix 0/1 = dv columns dv0 + 2*row (+1), matrix 2/3 the same + 16; 16 slots each.
+      Element* dst = &sVtStage(dv0 + 2 * matrix_row + (matrix & 1) + 16 * (matrix >> 1), key0);
+      SM90_U32x4_STSM_N::copy(col_even_lo, col_odd_lo, col_even_hi, col_odd_hi, *reinterpret_cast<uint128_t*>(dst));
+    }
+    // The MMA warpgroups read sVt through the async proxy (WGMMA): order our generic-proxy stores first.
+    cutlass::arch::fence_view_async_shared();
+    pipeline_vt.producer_commit(write_state);
+    pipeline_vload.consumer_release(read_state);
+    ++read_state;
+    ++write_state;
+  }
+};
+
+}  // namespace fp8attn::sm90

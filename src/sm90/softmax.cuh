@@ -1,0 +1,88 @@
+// fp8attn SM90 forward: online softmax in exp2 with the FP8 2^8 offset.
+//
+// P = exp2(s * scale_log2 - (m * scale_log2 - 8)) lies in [0, 256] instead of [0, 1]: E4M3 has 3 mantissa
+// bits and a smallest normal of 2^-6, so without the offset most of P would round to subnormals or zero.
+// O and the row sum carry the same 2^8, so it cancels in O / sum; finalize() takes it out of the LSE.
+// scale_log2 = softmax_scale * log2(e) * q_descale * k_descale: the descales cost nothing per element.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "sm90/utils.cuh"
+
+namespace fp8attn::sm90 {
+
+constexpr float kFp8MaxOffset = 8.f;  // log2 of the P bias
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Per thread: the two accumulator rows it holds (row halves h = 0, 1 of its quad).
+struct OnlineSoftmax {
+  float row_max[2];  // raw score units; -inf until a visible key is seen
+  float row_sum[2];  // this thread's share of sum(P), relative to the current row_max
+  float scale_log2;
+
+  CUTE_DEVICE explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      row_max[h] = -INFINITY;
+      row_sum[h] = 0.f;
+    }
+  }
+
+  // Turns scores into P in place (tSrS flat index c + 2*h + 4*j) and returns, per row, the factor the
+  // caller must apply to O for the new maximum.
+  template <class TensorS>
+  CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
+    constexpr int kBlocks = decltype(size(tSrS))::value / 4;  // n8 blocks
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      float block_max = -INFINITY;
+      CUTE_UNROLL
+      for (int j = 0; j < kBlocks; ++j) {
+        block_max = fmaxf(block_max, fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)));
+      }
+      const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max));
+      // A row with no visible key yet keeps -inf; use 0 as its reference so no -inf - -inf = NaN appears.
+      const float max_ref = new_max == -INFINITY ? 0.f : new_max;
+      o_rescale[h] = exp2_approx((row_max[h] - max_ref) * scale_log2);
+      row_max[h] = new_max;
+      const float bias = max_ref * scale_log2 - kFp8MaxOffset;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int j = 0; j < kBlocks; ++j) {
+        CUTE_UNROLL
+        for (int c = 0; c < 2; ++c) {
+          float& s = tSrS(c + 2 * h + 4 * j);
+          s = exp2_approx(fmaf(s, scale_log2, -bias));
+          sum += s;
+        }
+      }
+      row_sum[h] = fmaf(row_sum[h], o_rescale[h], sum);
+    }
+  }
+
+  // After the last KV block: the per-row factor that turns O into the output (v_descale / sum, 0 for an
+  // empty row) and the natural-log LSE. sink_log2 = sink * log2(e) or -inf without a sink. The sink joins
+  // the denominator only: exp(sink) relative to the same reference point 2^(m*scale_log2 - 8) as P.
+  CUTE_DEVICE void finalize(float v_descale, float sink_log2, float (&o_scale)[2], float (&lse)[2]) const {
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      float sum = quad_allreduce_sum(row_sum[h]);
+      float reference = row_max[h] == -INFINITY ? -INFINITY : row_max[h] * scale_log2 - kFp8MaxOffset;
+      float factor = 1.f;
+      if (sink_log2 != -INFINITY) {
+        // Move the reference up if the sink dominates, so exp2 stays finite.
+        const float new_reference = fmaxf(reference, sink_log2 - kFp8MaxOffset);
+        factor = exp2_approx(reference - new_reference);
+        sum = fmaf(sum, factor, exp2_approx(sink_log2 - new_reference));
+        reference = new_reference;
+      }
+      const bool empty = !(sum > 0.f);
+      o_scale[h] = empty ? 0.f : factor * v_descale / sum;
+      lse[h] = empty ? -INFINITY : (reference + __log2f(sum)) * kLn2;
+    }
+  }
+};
+
+}  // namespace fp8attn::sm90

@@ -1,0 +1,92 @@
+// fp8attn SM90 forward: small device helpers shared by the warp roles.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+
+namespace fp8attn::sm90 {
+
+using namespace cute;
+
+// 2^x with the SFU (MUFU.EX2); 2^-inf = 0, which is how masked scores vanish.
+CUTE_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Reductions over the 4 threads of a quad, which together hold one accumulator row.
+CUTE_DEVICE float quad_allreduce_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+CUTE_DEVICE float quad_allreduce_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// Two fp32 values to two E4M3 bytes (lo in the low byte), round-to-nearest-even, saturating at 448.
+CUTE_DEVICE uint32_t pack_e4m3x2(float lo, float hi) {
+  uint16_t packed;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+
+// One warpgroup GEMM: issue every K step of the atom, commit, wait. zero_init starts the accumulator
+// from zero (the first K step uses ScaleOut::Zero), which is what makes each PV tile a separate
+// first-level sum for two-level accumulation.
+template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorC>
+CUTE_DEVICE void warpgroup_gemm(TiledMma& tiled_mma, TensorA const& tCrA, TensorB const& tCrB, TensorC& tCrC) {
+  // RS GEMMs take A from registers, which need the same fence as the accumulator; SS GEMMs take descriptors.
+  constexpr bool kARegs = !is_same_v<typename TensorA::engine_type::iterator, GMMA::DescriptorIterator>;
+  if constexpr (kARegs) { warpgroup_fence_operand(const_cast<TensorA&>(tCrA)); }
+  warpgroup_fence_operand(tCrC);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) { tiled_mma.accumulate_ = GMMA::ScaleOut::Zero; }
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(tCrA); ++k) {
+    cute::gemm(tiled_mma, tCrA(_, _, k), tCrB(_, _, k), tCrC);
+    tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(tCrC);
+  if constexpr (kARegs) { warpgroup_fence_operand(const_cast<TensorA&>(tCrA)); }
+}
+
+// Scores (an SM90 accumulator fragment, flat index c + 2*h + 4*j: column pair c, row half h, n8 block j)
+// to the FP8 A operand of the PV WGMMA (flat index e + 4*h + 8*kh + 16*kb: 4 consecutive K slots e,
+// row half h, K half kh, K block kb of 32). No value crosses threads: A slot 16*kh + 4*q + e of thread q
+// (lane % 4) takes the score of key 8*(e/2) + 2*q + (e%2) + 16*kh, i.e. n8 block 4*kb + 2*kh + e/2.
+// The producer writes V^T in exactly that key order (see producer_load.cuh), so P V is unchanged.
+template <class TensorS, class TensorP>
+CUTE_DEVICE void scores_to_pv_operand(TensorS const& tSrS, TensorP& tOrP) {
+  static_assert(sizeof(typename TensorP::value_type) == 1, "P is FP8");
+  static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value, "P and S hold the same values");
+  Tensor tOrP_u32 = recast<uint32_t>(tOrP);  // word = (h, kh, kb) holding 4 slots e
+  // Each 32-key block kb holds 16 scores per thread: 2 rows x 8 columns.
+  CUTE_UNROLL
+  for (int kb = 0; kb < decltype(size(tSrS))::value / 16; ++kb) {
+    CUTE_UNROLL
+    for (int kh = 0; kh < 2; ++kh) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int j0 = 4 * kb + 2 * kh;  // n8 block of slots e = 0, 1; j0 + 1 holds e = 2, 3
+        const uint32_t lo = pack_e4m3x2(tSrS(2 * h + 4 * j0), tSrS(1 + 2 * h + 4 * j0));
+        const uint32_t hi = pack_e4m3x2(tSrS(2 * h + 4 * (j0 + 1)), tSrS(1 + 2 * h + 4 * (j0 + 1)));
+        tOrP_u32(h + 2 * kh + 4 * kb) = lo | (hi << 16);
+      }
+    }
+  }
+}
+
+// Views an SM90 accumulator ((2, 2, N/8), MMA_M, MMA_N) as (rows, cols) = ((2, MMA_M), (2, N/8, MMA_N)).
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto accumulator_rowcol(Layout const& acc) {
+  static_assert(decltype(rank<0>(acc))::value == 3, "expects an SM90 GMMA accumulator layout");
+  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
+                     make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));
+}
+
+}  // namespace fp8attn::sm90
