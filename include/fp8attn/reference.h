@@ -6,7 +6,7 @@
 //   out: [total_rows, num_heads_q, head_dim_v] where total_rows = batch * seqlen_q (dense) or total_q
 //        (varlen); row r of sequence b is at cu_seqlens_q[b] + r (varlen) or b * seqlen_q + r (dense)
 //   lse: [num_heads_q, total_rows] (natural log; -inf for rows with no visible key and no sink)
-// Rows past a sequence's length are left untouched.
+// Rows past a sequence's length (varlen padding up to total_q) are never written: they hold NaN.
 //
 //   kExact:     fp64 attention on the FP8-decoded inputs, descales applied (the SPEC §3 reference).
 //   kEmulation: the kernel's precision: scores in fp32 with folded descales, P = exp2(s - m + 8)

@@ -1,0 +1,191 @@
+"""Shared benchmark machinery: device checks that fail loudly, a cold-L2 flush, CUDA-event and CUDA-graph
+timing (median after warm-up), run metadata, JSON/PNG output and tables.
+
+Benchmarks never time a missing library or device as zero: ``require_device`` raises before any run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import torch
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+sys.path.insert(0, str(REPO_ROOT / "python"))  # the package is used from the source tree
+
+import fp8attn  # noqa: E402
+
+FLUSH_MIN_BYTES = 64 << 20
+
+
+def require_device() -> torch.device:
+    """The CUDA device to benchmark on; raises unless there is an SM90 GPU and a loadable libfp8attn.so."""
+    if not torch.cuda.is_available():
+        raise SystemExit("fp8attn bench: no CUDA device visible; nothing to measure")
+    major, minor = torch.cuda.get_device_capability()
+    if major != 9:
+        raise SystemExit(f"fp8attn bench: needs an SM90 (Hopper) GPU, found sm_{major}{minor} "
+                         f"({torch.cuda.get_device_name()})")
+    lib = fp8attn.get_lib()  # raises LibraryNotFoundError with the searched paths
+    print(f"fp8attn: {lib.path}, kernels: {len(lib.compiled_kernels())}; GPU: {torch.cuda.get_device_name()}")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def git_commit() -> str:
+    """HEAD of the repository, with '-dirty' when the work tree has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def run_metadata() -> dict[str, Any]:
+    """What a result must carry to be comparable later: commit, GPU, date, software versions."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {
+        "commit": git_commit(),
+        "gpu": props.name,
+        "sms": props.multi_processor_count,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "fp8attn_kernels": fp8attn.compiled_kernels(),
+    }
+
+
+class L2Flush:
+    """A buffer whose zero_() evicts the working set from L2 between timed runs: ``nbytes``, by default
+    max(64 MB, 2 x L2)."""
+
+    def __init__(self, device: torch.device, nbytes: Optional[int] = None) -> None:
+        l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        self.nbytes = nbytes or max(FLUSH_MIN_BYTES, 2 * l2_bytes)
+        self.buffer = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def time_events(fn: Callable[[], Any], *, flush: Optional[L2Flush], warmup: int = 5, iters: int = 30) -> float:
+    """Median milliseconds of fn() between CUDA events, with the L2 flushed before each run (outside the
+    events), after ``warmup`` untimed runs."""
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for start, end in zip(starts, ends):
+        if flush is not None:
+            flush()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def capture_graph(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
+    """Captures fn() into a CUDA graph after one run on a side stream (lazy initialisation, library load
+    and allocator warm-up must not happen inside capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def time_graph(graph: torch.cuda.CUDAGraph, *, warmup: int = 3, iters: int = 50) -> float:
+    """Median milliseconds of one graph replay, each replay between its own CUDA events."""
+    for _ in range(warmup):
+        graph.replay()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for start, end in zip(starts, ends):
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def importable(module: str) -> bool:
+    """Whether an optional peer's module can be imported (a broken install counts as absent)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def try_peer(name: str, fn: Callable[[], Optional[float]]) -> Optional[float]:
+    """Runs a peer's measurement; a peer that is absent or fails is reported and recorded as None, never
+    as a number (our own measurements are not wrapped: they must fail loudly)."""
+    try:
+        return fn()
+    except Exception as err:  # a peer library's failure must not hide our results
+        print(f"  [{name}] skipped: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        return None
+
+
+def geomean(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or None (with a note) when matplotlib is absent."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no PNG written")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    print(f"wrote {path}")
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table; None prints as '-', floats with 4 significant digits."""
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
+        return str(value)
+
+    text = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in text)) if text else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in text]
+    return "\n".join(lines)

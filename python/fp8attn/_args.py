@@ -1,0 +1,83 @@
+"""Argument rules of the Python API that need no torch: rejection of unsupported features, window and
+length-argument normalisation, output-dtype resolution. Kept torch-free so CPU-only CI tests them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+
+def reject_unsupported(
+    *,
+    dropout_p: float = 0.0,
+    softcap: Optional[float] = 0.0,
+    alibi_slopes: Any = None,
+    q_v: Any = None,
+    return_attn_probs: bool = False,
+    cp_world_size: int = 1,
+) -> None:
+    """Raises NotImplementedError naming the first FlashAttention feature fp8attn does not implement.
+
+    fp8attn is a forward-only FP8 kernel: no dropout, no ALiBi, no MLA/Qv, no tanh softcap, no
+    attention-probability output and no context parallelism. Each is rejected rather than ignored,
+    because ignoring any of them silently changes the result.
+    """
+    if dropout_p:
+        raise NotImplementedError(f"fp8attn: dropout is not supported (dropout_p={dropout_p}); it is inference-only")
+    if softcap:
+        raise NotImplementedError(f"fp8attn: softcap is not supported (softcap={softcap}); pass 0.0")
+    if alibi_slopes is not None:
+        raise NotImplementedError("fp8attn: alibi_slopes is not supported")
+    if q_v is not None:
+        raise NotImplementedError("fp8attn: q_v (MLA) is not supported")
+    if return_attn_probs:
+        raise NotImplementedError("fp8attn: return_attn_probs is not supported (use return_softmax_lse)")
+    if cp_world_size != 1:
+        raise NotImplementedError(f"fp8attn: context parallelism is not supported (cp_world_size={cp_world_size})")
+
+
+def normalize_window(window_size: Optional[Sequence[int]], causal: bool) -> tuple[int, int]:
+    """FlashAttention's window_size → (left, right), -1 meaning unbounded.
+
+    None and (-1, -1) mean no window; any negative side is unbounded. causal forces right = 0, as
+    FlashAttention does (vLLM passes causal=True with (w - 1, 0) for sliding-window layers).
+    """
+    if window_size is None:
+        left, right = -1, -1
+    else:
+        if len(window_size) != 2:
+            raise ValueError(f"fp8attn: window_size must be (left, right), got {tuple(window_size)}")
+        left, right = (int(w) for w in window_size)
+        left = -1 if left < 0 else left
+        right = -1 if right < 0 else right
+    if causal:
+        right = 0
+    return left, right
+
+
+def check_kv_length_args(has_cu_seqlens_k: bool, has_seqused_k: bool, has_block_table: bool) -> None:
+    """vLLM's rule for flash_attn_varlen_func: exactly one of cu_seqlens_k / seqused_k, and a paged
+    cache (block_table) needs seqused_k."""
+    if has_cu_seqlens_k == has_seqused_k:
+        raise ValueError("fp8attn: pass exactly one of cu_seqlens_k and seqused_k")
+    if has_block_table and not has_seqused_k:
+        raise ValueError("fp8attn: block_table (paged K/V) requires seqused_k")
+
+
+def resolve_out_dtype(out_dtype: Any, given_out_dtype: Any, default: Any) -> Any:
+    """The output dtype: out_dtype if given, else the dtype of a caller-provided out, else ``default``.
+
+    An explicit out_dtype that disagrees with a provided out is an error, not a silent cast.
+    Works on any dtype objects (torch dtypes in practice), so it needs no torch.
+    """
+    if out_dtype is None:
+        return default if given_out_dtype is None else given_out_dtype
+    if given_out_dtype is not None and given_out_dtype != out_dtype:
+        raise ValueError(f"fp8attn: out has dtype {given_out_dtype} but out_dtype={out_dtype}")
+    return out_dtype
+
+
+def default_softmax_scale(softmax_scale: Optional[float], head_dim: int) -> float:
+    """FlashAttention's default: head_dim ** -0.5 when softmax_scale is None."""
+    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)

@@ -1,0 +1,211 @@
+"""FlashAttention-compatible entry points over the ``fp8attn::fwd`` op.
+
+``flash_attn_varlen_func`` accepts exactly the call vLLM's FlashAttention backend makes (its keyword
+set is vLLM's ``vllm_flash_attn`` wrapper's, plus ``out_dtype``); ``flash_attn_with_kvcache`` and
+``flash_attn_func`` follow FlashAttention's batched semantics. Q, K and V are FP8 E4M3; descales are
+fp32 and applied in the kernel (q/k folded into the softmax scale, v into the normalisation). The
+output is fp16 or bf16; the optional LSE is fp32, natural log, including the sink.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from . import _args
+from . import ops  # noqa: F401  (registers torch.ops.fp8attn.fwd)
+
+Result = Union[Tensor, tuple[Tensor, Tensor]]
+
+
+def _last_dim_contiguous(t: Tensor) -> Tensor:
+    # As vLLM's FlashAttention wrapper: only a non-unit last stride forces a copy; any other stride is
+    # passed to the kernel as is, so K/V cache views are never copied.
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _check_device(q: Tensor) -> None:
+    # "meta" is allowed so shapes can be traced on a machine without a GPU; the op only has a CUDA kernel.
+    if q.device.type not in ("cuda", "meta"):
+        raise ValueError(f"fp8attn: tensors must be on a CUDA device, got q on {q.device}")
+
+
+def _call(
+    q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor], out_dtype: Optional[torch.dtype], return_lse: bool,
+    lse_shape: tuple[int, ...], *, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+    seqused_k: Optional[Tensor], block_table: Optional[Tensor], q_descale: Optional[Tensor],
+    k_descale: Optional[Tensor], v_descale: Optional[Tensor], s_aux: Optional[Tensor], max_seqlen_q: int,
+    max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_size: Optional[Sequence[int]],
+    num_splits: int,
+) -> Result:
+    """Allocates out/lse when needed, runs the op, returns out or (out, lse)."""
+    _check_device(q)
+    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    dtype = _args.resolve_out_dtype(out_dtype, None if out is None else out.dtype, torch.bfloat16)
+    if out is None:
+        out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
+    lse = q.new_empty(lse_shape, dtype=torch.float32) if return_lse else None
+    window_left, window_right = _args.normalize_window(window_size, causal)
+    torch.ops.fp8attn.fwd(
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
+        s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
+        bool(causal), window_left, window_right, num_splits)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_varlen_func(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    max_seqlen_q: int,
+    cu_seqlens_q: Tensor,
+    max_seqlen_k: int,
+    cu_seqlens_k: Optional[Tensor] = None,
+    seqused_k: Optional[Tensor] = None,
+    q_v: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Optional[Sequence[int]] = None,
+    softcap: float = 0.0,
+    alibi_slopes: Optional[Tensor] = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: Optional[Tensor] = None,
+    return_softmax_lse: bool = False,
+    out: Optional[Tensor] = None,
+    scheduler_metadata: Optional[Tensor] = None,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
+    num_splits: int = 0,
+    fa_version: Optional[int] = None,
+    s_aux: Optional[Tensor] = None,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_tot_seqused_k: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+) -> Result:
+    """Varlen FP8 attention, a drop-in for vLLM's ``flash_attn_varlen_func``.
+
+    Args:
+        q: [total_q, Hq, d] E4M3.
+        k, v: paged [num_pages, page_size, Hkv, d(v)] E4M3 with ``block_table`` (e.g. the two views of
+            vLLM's ``kv_cache.unbind(0)``), or varlen [total_k, Hkv, d(v)] with ``cu_seqlens_k``.
+        max_seqlen_q, max_seqlen_k: host-known upper bounds; launch choices depend only on them (under
+            vLLM's CUDA graphs max_seqlen_k is max_model_len).
+        cu_seqlens_q: [B + 1] int32. cu_seqlens_k: [B + 1] int32. seqused_k: [B] int32. Exactly one
+            of cu_seqlens_k / seqused_k; block_table needs seqused_k.
+        block_table: [B, max_pages] int32; rows may be strided (column-sliced views), columns contiguous.
+        softmax_scale: default d ** -0.5. causal: bottom-right aligned.
+        window_size: (left, right) or None; vLLM passes (w - 1, 0) for sliding-window layers.
+        q_descale, k_descale, v_descale: fp32, None, 0-d, 1-element, [Hkv] or (B, Hkv) with any strides
+            (expand()ed views are read in place).
+        num_splits: 0 = heuristic, n >= 1 = exactly n KV splits.
+        s_aux: [Hq] fp32/bf16 learnable sink logits.
+        out: [total_q, Hq, dv] fp16/bf16, written in place. out_dtype: default out.dtype, else bf16.
+        scheduler_metadata, fa_version, deterministic, cp_rank, cp_tot_seqused_k: accepted for vLLM
+            compatibility and not used (FA3's ahead-of-time split metadata is a hint; fp8attn plans its
+            own splits on the host, and its forward is deterministic).
+
+    Returns:
+        out, or (out, lse) with lse [Hq, total_q] fp32 when return_softmax_lse.
+
+    Raises:
+        NotImplementedError: dropout, ALiBi, q_v, softcap, return_attn_probs, context parallelism, or a
+            case the library does not support or did not compile.
+        ValueError: malformed arguments (the message names the argument).
+    """
+    _args.reject_unsupported(dropout_p=dropout_p, softcap=softcap, alibi_slopes=alibi_slopes, q_v=q_v,
+                             return_attn_probs=return_attn_probs, cp_world_size=cp_world_size)
+    _args.check_kv_length_args(cu_seqlens_k is not None, seqused_k is not None, block_table is not None)
+    return _call(
+        q, k, v, out, out_dtype, return_softmax_lse, (q.shape[1], q.shape[0]),
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=block_table,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        num_splits=num_splits)
+
+
+def flash_attn_with_kvcache(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    cache_seqlens: Optional[Union[int, Tensor]] = None,
+    block_table: Optional[Tensor] = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Optional[Sequence[int]] = (-1, -1),
+    softcap: float = 0.0,
+    return_softmax_lse: bool = False,
+    out: Optional[Tensor] = None,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
+    num_splits: int = 0,
+    s_aux: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+) -> Result:
+    """FP8 attention of a batch of queries against a KV cache (FlashAttention's kvcache semantics,
+    without appending new K/V).
+
+    Args:
+        q: [B, Sq, Hq, d] E4M3.
+        k_cache, v_cache: dense [B, Sk, Hkv, d(v)], or paged [num_pages, page_size, Hkv, d(v)] with
+            ``block_table`` [B, max_pages] int32.
+        cache_seqlens: keys used per sequence, [B] int32 or one int for all; None means all Sk keys
+            (dense only: a paged cache needs it).
+        causal: bottom-right aligned, so the Sq queries are the last Sq positions of each sequence.
+        Other arguments as in :func:`flash_attn_varlen_func`.
+
+    Returns:
+        out [B, Sq, Hq, dv], or (out, lse) with lse [B, Hq, Sq] fp32 when return_softmax_lse.
+    """
+    _args.reject_unsupported(softcap=softcap)
+    batch = q.shape[0]
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    if block_table is not None:
+        if cache_seqlens is None:
+            raise ValueError("fp8attn: a paged cache (block_table) needs cache_seqlens")
+        max_seqlen_k = block_table.shape[1] * k_cache.shape[1]
+    else:
+        max_seqlen_k = k_cache.shape[1]
+    return _call(
+        q, k_cache, v_cache, out, out_dtype, return_softmax_lse, (batch, q.shape[2], q.shape[1]),
+        cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=cache_seqlens, block_table=block_table,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1],
+        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        num_splits=num_splits)
+
+
+def flash_attn_func(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Optional[Sequence[int]] = (-1, -1),
+    softcap: float = 0.0,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
+    num_splits: int = 0,
+    s_aux: Optional[Tensor] = None,
+    return_softmax_lse: bool = False,
+    out: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+) -> Result:
+    """Dense FP8 attention: q [B, Sq, Hq, d], k/v [B, Sk, Hkv, d(v)] E4M3 → out [B, Sq, Hq, dv].
+
+    Returns out, or (out, lse) with lse [B, Hq, Sq] fp32 when return_softmax_lse. Other arguments as in
+    :func:`flash_attn_varlen_func`.
+    """
+    _args.reject_unsupported(softcap=softcap)
+    return _call(
+        q, k, v, out, out_dtype, return_softmax_lse, (q.shape[0], q.shape[2], q.shape[1]),
+        cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, q_descale=q_descale,
+        k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1],
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size, num_splits=num_splits)

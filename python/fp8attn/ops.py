@@ -1,0 +1,318 @@
+"""The torch custom op ``fp8attn::fwd``: tensors → fp8attn_fwd_params → libfp8attn.so on the current stream.
+
+Why an op that writes into ``out`` (and ``lse``) rather than a functional op returning new tensors:
+vLLM and other servers pass a pre-allocated ``out`` (a slice of the layer's output buffer) and expect
+it to be written in place, and their own attention op is itself a mutating custom op
+(``unified_attention_with_output``). A functional op would force a copy into that buffer. Under
+torch.compile a mutating custom op is functionalised (``auto_functionalized``) and Inductor writes it
+back in place where it can, so the compiled path costs at most the copy a functional op always costs.
+Under CUDA graphs the op allocates only its split-KV workspace, with torch.empty on the current stream,
+which capture serves from the graph's private pool; nothing is cached across calls, so a captured
+graph never refers to memory that a later call could free or resize.
+
+Layouts (all strided: only the last dimension must be contiguous; strides are passed, never copied):
+    q      varlen [total_q, Hq, d] with cu_seqlens_q, or dense [B, Sq, Hq, d]
+    k, v   paged [num_pages, page_size, Hkv, d] with block_table, varlen [total_k, Hkv, d] with
+           cu_seqlens_k, or dense [B, Sk, Hkv, d]
+    out    like q with dv; fp16/bf16
+    lse    varlen [Hq, total_q] or dense [B, Hq, Sq]; fp32; token stride 1
+"""
+
+# No `from __future__ import annotations` here: torch.library.custom_op infers the op schema from the
+# annotations of `fwd`, which must stay real types rather than strings.
+import contextlib
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _lib
+
+_DTYPE_CODES = {
+    torch.float8_e4m3fn: _lib.DTYPE_E4M3,
+    torch.float8_e5m2: _lib.DTYPE_E5M2,
+    torch.float16: _lib.DTYPE_F16,
+    torch.bfloat16: _lib.DTYPE_BF16,
+    torch.float32: _lib.DTYPE_F32,
+    torch.int32: _lib.DTYPE_I32,
+}
+
+
+def _dtype_code(t: Tensor, name: str) -> int:
+    # The library rejects a known-but-wrong dtype with its own message (e.g. E5M2 → NotImplementedError);
+    # a dtype with no C code at all (fnuz, fp64, int64...) can only be named here.
+    try:
+        return _DTYPE_CODES[t.dtype]
+    except KeyError:
+        raise ValueError(f"fp8attn: {name} has dtype {t.dtype}, which fp8attn does not take") from None
+
+
+def _check_last_dim_contiguous(t: Tensor, name: str) -> None:
+    # params.h stores no stride for the last dimension: it is 1 by contract, so a violation must be
+    # caught here, where the stride is still known.
+    if t.size(-1) > 1 and t.stride(-1) != 1:
+        raise ValueError(f"fp8attn: {name} must be contiguous in its last dimension, got strides {tuple(t.stride())}")
+
+
+def _check_ndim(t: Tensor, ndim: int, name: str, layout: str) -> None:
+    if t.dim() != ndim:
+        raise ValueError(f"fp8attn: {name} must be {layout} ({ndim}-d), got shape {tuple(t.shape)}")
+
+
+def _check_int32_vector(t: Optional[Tensor], name: str) -> None:
+    # Length arrays are read through a bare pointer: int32 and dense.
+    if t is None:
+        return
+    if t.dtype != torch.int32 or t.dim() != 1 or (t.numel() > 1 and t.stride(0) != 1):
+        raise ValueError(
+            f"fp8attn: {name} must be a contiguous 1-d int32 tensor, got dtype {t.dtype}, shape {tuple(t.shape)}, "
+            f"strides {tuple(t.stride())}")
+
+
+def expected_out_shape(q: Tensor, v: Tensor) -> tuple[int, ...]:
+    """out has q's shape with the last dimension replaced by dv = v.shape[-1]."""
+    return (*q.shape[:-1], v.shape[-1])
+
+
+def expected_lse_shape(q: Tensor, varlen_q: bool) -> tuple[int, ...]:
+    """lse is [Hq, total_q] for varlen q [total_q, Hq, d], and [B, Hq, Sq] for dense q [B, Sq, Hq, d]."""
+    if varlen_q:
+        return (q.shape[1], q.shape[0])
+    return (q.shape[0], q.shape[2], q.shape[1])
+
+
+def _check_output_shapes(q: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], varlen_q: bool) -> None:
+    if tuple(out.shape) != expected_out_shape(q, v):
+        raise ValueError(f"fp8attn: out must have shape {expected_out_shape(q, v)}, got {tuple(out.shape)}")
+    if out.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"fp8attn: out must be float16 or bfloat16, got {out.dtype}")
+    if lse is not None:
+        if tuple(lse.shape) != expected_lse_shape(q, varlen_q):
+            raise ValueError(
+                f"fp8attn: lse must have shape {expected_lse_shape(q, varlen_q)}, got {tuple(lse.shape)}")
+        if lse.dtype != torch.float32:
+            raise ValueError(f"fp8attn: lse must be float32, got {lse.dtype}")
+
+
+def _fill_descale(desc: _lib.Descale, t: Optional[Tensor], batch: int, num_heads_kv: int, name: str) -> None:
+    """Points ``desc`` at a descale tensor, read in place through its strides (vLLM passes expand()ed
+    views of the layer's scale; materialising them would cost an allocation and a kernel per call).
+
+    Accepted: None (1.0, the struct default), a 0-d or 1-element tensor (one scalar), [Hkv] (per kv head,
+    broadcast over batch), or (B, Hkv) with any strides, 0 included.
+    """
+    if t is None:
+        return
+    if t.numel() == 1:  # whatever its shape, one value for every (batch, kv head)
+        desc.ndim = 0
+        desc.size[0] = desc.size[1] = 0
+        desc.batch_stride = desc.head_stride = 0
+    elif t.dim() == 2:
+        desc.ndim = 2
+        desc.size[0], desc.size[1] = t.size(0), t.size(1)
+        desc.batch_stride, desc.head_stride = t.stride(0), t.stride(1)
+    elif t.dim() == 1 and t.numel() == num_heads_kv:
+        desc.ndim = 2
+        desc.size[0], desc.size[1] = batch, num_heads_kv
+        desc.batch_stride, desc.head_stride = 0, t.stride(0)
+    else:
+        raise ValueError(
+            f"fp8attn: {name} must be 0-d, 1-element, [num_heads_kv] or (batch, num_heads_kv), got shape "
+            f"{tuple(t.shape)}")
+    desc.ptr = t.data_ptr()
+    desc.dtype = _dtype_code(t, name)
+
+
+def fill_params(
+    params: _lib.FwdParams,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    block_table: Optional[Tensor],
+    q_descale: Optional[Tensor],
+    k_descale: Optional[Tensor],
+    v_descale: Optional[Tensor],
+    sink: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    num_splits: int,
+) -> None:
+    """Fills ``params`` (already defaulted by fp8attn_fwd_params_init) from tensors.
+
+    Checks only what the C library cannot see (the last-dimension stride, tensor ranks per layout,
+    devices, dtypes without a C code, pointer-only arrays being dense); every other rule is the
+    library's, so its messages stay the single source of truth.
+    """
+    varlen_q = cu_seqlens_q is not None
+    paged = block_table is not None
+    varlen_k = cu_seqlens_k is not None and not paged
+
+    _check_ndim(q, 3 if varlen_q else 4, "q", "[total_q, Hq, d] with cu_seqlens_q" if varlen_q else "[B, Sq, Hq, d]")
+    if paged:
+        k_layout = "[num_pages, page_size, Hkv, d] with block_table"
+    elif varlen_k:
+        k_layout = "[total_k, Hkv, d] with cu_seqlens_k"
+    else:
+        k_layout = "[B, Sk, Hkv, d]"
+    _check_ndim(k, 3 if varlen_k else 4, "k", k_layout)
+    _check_ndim(v, 3 if varlen_k else 4, "v", k_layout)
+    _check_output_shapes(q, v, out, lse, varlen_q)
+    for t, name in ((q, "q"), (k, "k"), (v, "v"), (out, "out")):
+        _check_last_dim_contiguous(t, name)
+    if lse is not None and lse.size(-1) > 1 and lse.stride(-1) != 1:
+        raise ValueError(f"fp8attn: lse must have token stride 1, got strides {tuple(lse.stride())}")
+    for t, name in ((cu_seqlens_q, "cu_seqlens_q"), (cu_seqlens_k, "cu_seqlens_k"), (seqused_k, "seqused_k")):
+        _check_int32_vector(t, name)
+    named = {
+        "k": k, "v": v, "out": out, "lse": lse, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+        "seqused_k": seqused_k, "block_table": block_table, "q_descale": q_descale, "k_descale": k_descale,
+        "v_descale": v_descale, "s_aux": sink,
+    }
+    for name, t in named.items():
+        if t is not None and t.device != q.device:
+            raise ValueError(f"fp8attn: {name} is on {t.device} but q is on {q.device}")
+
+    # Tensors: pointers, dtypes and element strides. The batch stride of varlen tensors is unused.
+    params.q, params.q_dtype = q.data_ptr(), _dtype_code(q, "q")
+    if varlen_q:
+        params.q_batch_stride, params.q_row_stride, params.q_head_stride = 0, q.stride(0), q.stride(1)
+        params.o_batch_stride, params.o_row_stride, params.o_head_stride = 0, out.stride(0), out.stride(1)
+    else:
+        params.q_batch_stride, params.q_row_stride, params.q_head_stride = q.stride(0), q.stride(1), q.stride(2)
+        params.o_batch_stride, params.o_row_stride, params.o_head_stride = out.stride(0), out.stride(1), out.stride(2)
+    params.k, params.k_dtype = k.data_ptr(), _dtype_code(k, "k")
+    params.v, params.v_dtype = v.data_ptr(), _dtype_code(v, "v")
+    if varlen_k:
+        params.k_batch_stride, params.k_row_stride, params.k_head_stride = 0, k.stride(0), k.stride(1)
+        params.v_batch_stride, params.v_row_stride, params.v_head_stride = 0, v.stride(0), v.stride(1)
+    else:  # dense [B, Sk, ...] or paged [num_pages, page_size, ...]: the leading stride is the batch/page stride
+        params.k_batch_stride, params.k_row_stride, params.k_head_stride = k.stride(0), k.stride(1), k.stride(2)
+        params.v_batch_stride, params.v_row_stride, params.v_head_stride = v.stride(0), v.stride(1), v.stride(2)
+    params.out, params.out_dtype = out.data_ptr(), _dtype_code(out, "out")
+    if lse is not None:
+        params.lse = lse.data_ptr()
+        if varlen_q:
+            params.lse_batch_stride, params.lse_head_stride = 0, lse.stride(0)
+        else:
+            params.lse_batch_stride, params.lse_head_stride = lse.stride(0), lse.stride(1)
+
+    # Sizes.
+    batch = cu_seqlens_q.numel() - 1 if varlen_q else q.size(0)
+    params.batch = batch
+    params.seqlen_q = max_seqlen_q if varlen_q else q.size(1)
+    params.seqlen_k = max_seqlen_k if (varlen_k or paged) else k.size(1)
+    params.total_q = q.size(0) if varlen_q else 0
+    params.total_k = k.size(0) if varlen_k else 0
+    params.num_heads_q = q.size(-2)
+    params.num_heads_kv = k.size(-2)
+    params.head_dim = q.size(-1)
+    params.head_dim_v = v.size(-1)
+
+    params.cu_seqlens_q = cu_seqlens_q.data_ptr() if cu_seqlens_q is not None else None
+    params.cu_seqlens_k = cu_seqlens_k.data_ptr() if cu_seqlens_k is not None else None
+    params.seqused_k = seqused_k.data_ptr() if seqused_k is not None else None
+
+    if paged:
+        if block_table.dtype != torch.int32 or block_table.dim() != 2:
+            raise ValueError(
+                f"fp8attn: block_table must be a 2-d int32 tensor (batch, max_pages), got dtype {block_table.dtype}, "
+                f"shape {tuple(block_table.shape)}")
+        _check_last_dim_contiguous(block_table, "block_table")  # rows may be strided (sliced views), columns not
+        params.block_table = block_table.data_ptr()
+        params.block_table_batch_stride = block_table.stride(0)
+        params.max_pages_per_seq = block_table.size(1)
+        params.num_pages = k.size(0)
+        params.page_size = k.size(1)
+
+    params.softmax_scale = softmax_scale
+    params.causal = int(causal)
+    params.window_left = window_left
+    params.window_right = window_right
+    _fill_descale(params.q_descale, q_descale, batch, params.num_heads_kv, "q_descale")
+    _fill_descale(params.k_descale, k_descale, batch, params.num_heads_kv, "k_descale")
+    _fill_descale(params.v_descale, v_descale, batch, params.num_heads_kv, "v_descale")
+    if sink is not None:
+        if sink.dim() != 1 or (sink.numel() > 1 and sink.stride(0) != 1):
+            raise ValueError(f"fp8attn: s_aux must be a contiguous 1-d [Hq] tensor, got shape {tuple(sink.shape)}")
+        params.sink, params.sink_dtype = sink.data_ptr(), _dtype_code(sink, "s_aux")
+    params.num_splits = num_splits
+
+
+@torch.library.custom_op("fp8attn::fwd", mutates_args=("out", "lse"), device_types="cuda")
+def fwd(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    block_table: Optional[Tensor],
+    q_descale: Optional[Tensor],
+    k_descale: Optional[Tensor],
+    v_descale: Optional[Tensor],
+    sink: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    num_splits: int,
+) -> None:
+    """FP8 attention forward writing ``out`` (and ``lse`` when given) in place; see the module docstring
+    for layouts. Launches on torch's current stream of q's device and never synchronizes."""
+    lib = _lib.get_lib()
+    params = lib.new_params()
+    fill_params(params, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale,
+                k_descale, v_descale, sink, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left,
+                window_right, num_splits)
+    # The library queries and launches on the current CUDA device: make it q's.
+    device_ctx = (torch.cuda.device(q.device) if q.device.index != torch.cuda.current_device()
+                  else contextlib.nullcontext())
+    with device_ctx:
+        nbytes = lib.workspace_size(params)
+        # Held in a local until the launch is enqueued; the caching allocator orders its reuse on this stream.
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
+        if workspace is not None:
+            params.workspace = workspace.data_ptr()
+            params.workspace_bytes = nbytes
+        lib.fwd(params, torch.cuda.current_stream(q.device).cuda_stream)
+
+
+@fwd.register_fake
+def _fwd_fake(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    block_table: Optional[Tensor],
+    q_descale: Optional[Tensor],
+    k_descale: Optional[Tensor],
+    v_descale: Optional[Tensor],
+    sink: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    num_splits: int,
+) -> None:
+    # The op returns nothing; what tracing can check is that the buffers it writes have the right
+    # shapes and dtypes, so a bad call fails at compile time rather than at the first replay.
+    _check_output_shapes(q, v, out, lse, cu_seqlens_q is not None)

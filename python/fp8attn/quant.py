@@ -1,0 +1,121 @@
+"""Serving-integration helpers: when to take the native FP8 path, and Q quantization to E4M3.
+
+``use_fp8attn`` is pure Python. ``quantize_e4m3`` imports torch when called, so this module (and the
+policy) stays importable where torch is absent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+FP8_E4M3_MAX = 448.0
+# vLLM's lower bound on a dynamic scale (QuantFP8: 1 / (fp8_max * 512)), so an all-zero input gets a finite
+# scale and the same bits as under vLLM.
+MIN_SCALE = 1.0 / (FP8_E4M3_MAX * 512.0)
+
+# (head_size, head_size_v) pairs with an FP8 kernel (SPEC §1).
+SUPPORTED_HEAD_SIZES = frozenset({(64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128)})
+
+# vLLM cache_dtype strings (and torch dtype names) that mean an E4M3 KV cache. "fp8" is E4M3 on CUDA.
+_E4M3_KV_CACHE_DTYPES = frozenset({"fp8", "fp8_e4m3", "float8_e4m3fn", "torch.float8_e4m3fn"})
+
+
+def _capability_major(device_capability: Any) -> int:
+    # vLLM passes DeviceCapability(major, minor) (a NamedTuple), torch gives (major, minor), and some
+    # callers use the integer form 90.
+    if hasattr(device_capability, "major"):
+        return int(device_capability.major)
+    if isinstance(device_capability, (tuple, list)):
+        return int(device_capability[0])
+    value = int(device_capability)
+    return value // 10 if value >= 10 else value
+
+
+def use_fp8attn(
+    device_capability: Any,
+    kv_cache_dtype: Any,
+    head_size: int,
+    head_size_v: Optional[int] = None,
+    softcap: Optional[float] = 0.0,
+    *,
+    batch_invariant: bool = False,
+) -> bool:
+    """Whether a layer should run on fp8attn's native FP8 forward (the design's vLLM policy).
+
+    True exactly when: the device is SM90 (Hopper: major 9), the KV cache is FP8 E4M3 ("fp8" or
+    "fp8_e4m3"; E5M2 is not supported), (head_size, head_size_v) is one of 64/96/128/192/256 with equal V,
+    or (192, 128), there is no softcap, and batch-invariant mode is off (it needs fixed split counts that
+    this path does not promise).
+
+    Args:
+        device_capability: (major, minor), an object with ``.major``, or an int like 90.
+        kv_cache_dtype: vLLM's cache dtype string, or a torch dtype.
+        head_size, head_size_v: head sizes of Q/K and of V (head_size_v defaults to head_size).
+        softcap: logit softcap; None or 0 means off.
+    """
+    if _capability_major(device_capability) != 9:
+        return False
+    if str(kv_cache_dtype).lower() not in _E4M3_KV_CACHE_DTYPES:
+        return False
+    if (head_size, head_size if head_size_v is None else head_size_v) not in SUPPORTED_HEAD_SIZES:
+        return False
+    return not softcap and not batch_invariant
+
+
+def quantize_e4m3(
+    x: "Tensor",
+    scale: Optional[Union["Tensor", float]] = None,
+    per_kv_head: bool = False,
+    num_kv_heads: Optional[int] = None,
+) -> tuple["Tensor", "Tensor"]:
+    """Quantizes bf16/fp16/fp32 ``x`` [..., Hq, d] to E4M3 as vLLM's QuantFP8 does.
+
+    out = clamp(x * (1 / scale), -448, 448) cast to float8_e4m3fn, computed in fp32 (vLLM multiplies by
+    the reciprocal rather than dividing; the two can differ in the last fp32 bit and hence in the E4M3
+    rounding, so we do the same). Without ``scale``, the scale is dynamic: amax / 448, floored at
+    1 / (448 * 512).
+
+    Args:
+        x: [..., Hq, d], e.g. a query [T, Hq, d].
+        scale: static scale: per tensor a float or 1-element tensor; per kv head an [Hkv] tensor.
+        per_kv_head: one scale per KV head, shared by its Hq / Hkv query heads (vLLM's Q scale of
+            numel Hkv, GroupShape(-1, d * Hq / Hkv)).
+        num_kv_heads: Hkv; required with per_kv_head.
+
+    Returns:
+        (x_fp8 [..., Hq, d] float8_e4m3fn, scale fp32 [1] per tensor or [Hkv] per kv head). The scale is
+        the descale to pass to the attention call: per tensor as is (or expand(B, Hkv)), per kv head as
+        scale.expand(B, Hkv) (strides (0, 1)).
+    """
+    import torch  # deferred: the policy above must import without torch
+
+    if x.dim() < 2:
+        raise ValueError(f"fp8attn: quantize_e4m3 expects x of shape [..., heads, head_dim], got {tuple(x.shape)}")
+    xf = x.to(torch.float32)
+    if per_kv_head:
+        if num_kv_heads is None or num_kv_heads <= 0 or x.shape[-2] % num_kv_heads:
+            raise ValueError(
+                f"fp8attn: per_kv_head needs num_kv_heads dividing the {x.shape[-2]} heads, got {num_kv_heads}")
+        # [..., Hkv, Hq/Hkv, d]: each kv head's group of query heads shares one scale.
+        grouped = xf.reshape(*x.shape[:-2], num_kv_heads, x.shape[-2] // num_kv_heads, x.shape[-1])
+        if scale is None:
+            reduce_dims = [i for i in range(grouped.dim()) if i != grouped.dim() - 3]
+            amax = grouped.abs().amax(dim=reduce_dims)
+            scale_t = (amax / FP8_E4M3_MAX).clamp(min=MIN_SCALE)
+        else:
+            scale_t = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(-1)
+            if scale_t.numel() != num_kv_heads:
+                raise ValueError(f"fp8attn: per-kv-head scale must have {num_kv_heads} elements, got {scale_t.numel()}")
+        q = (grouped * scale_t.reciprocal().view(num_kv_heads, 1, 1)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+        return q.to(torch.float8_e4m3fn).reshape(x.shape), scale_t
+    if scale is None:
+        scale_t = (xf.abs().amax().reshape(1) / FP8_E4M3_MAX).clamp(min=MIN_SCALE)
+    else:
+        scale_t = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(-1)
+        if scale_t.numel() != 1:
+            raise ValueError(f"fp8attn: a per-tensor scale must have one element, got {scale_t.numel()}")
+    q = (xf * scale_t.reciprocal()).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+    return q.to(torch.float8_e4m3fn), scale_t

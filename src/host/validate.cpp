@@ -1,0 +1,461 @@
+// fp8attn: argument validation for the forward call.
+//
+// Runs on the host before any launch and reads only host-known values: q/k/v/out, cu_seqlens, seqused_k
+// and the block table live in device memory and are never dereferenced here (their contents are the
+// caller's contract, see params.h). Every failure names the argument, with vLLM / FlashAttention's
+// spelling where one exists, and says what was expected and what was got. Checks run from the most
+// fundamental (device, feature, dtype) to the most derived (workspace), so the first failure reported is
+// the one to fix first.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fp8attn/fp8attn.h"
+
+#define FP8ATTN_RETURN_IF_ERROR(expr)   \
+  do {                                  \
+    ::fp8attn::Status status_ = (expr); \
+    if (!status_.ok()) return status_;  \
+  } while (0)
+
+namespace fp8attn {
+namespace {
+
+constexpr int kMaxSplits = 256;
+constexpr int kPageSizeMultiple = 16;     // vLLM's block_size rule; also the FP8 TMA box granularity
+constexpr int64_t kTmaAlignBytes = 16;    // TMA: global base address and every stride 16-byte aligned
+constexpr int64_t kTmaMaxStrideBytes = int64_t{1} << 40;  // TMA: strides below 2^40 bytes
+constexpr std::pair<int, int> kHeadDims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}, {192, 128}};
+
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+std::string hex(const void* ptr) {
+  std::ostringstream os;
+  os << "0x" << std::hex << reinterpret_cast<uintptr_t>(ptr);
+  return os.str();
+}
+
+// The shape of every message: "name: expected X, got Y".
+std::string expected_got(const std::string& name, const std::string& expected, const std::string& got) {
+  return cat(name, ": expected ", expected, ", got ", got);
+}
+
+Status invalid(const std::string& message) { return {StatusCode::kInvalidArgument, message}; }
+Status not_supported(const std::string& message) { return {StatusCode::kNotSupported, message}; }
+
+std::string dtype_name(fp8attn_dtype t) {
+  switch (t) {
+    case FP8ATTN_DTYPE_NONE: return "none (unset)";
+    case FP8ATTN_DTYPE_E4M3: return "float8_e4m3fn";
+    case FP8ATTN_DTYPE_E5M2: return "float8_e5m2";
+    case FP8ATTN_DTYPE_F16: return "float16";
+    case FP8ATTN_DTYPE_BF16: return "bfloat16";
+    case FP8ATTN_DTYPE_F32: return "float32";
+    case FP8ATTN_DTYPE_I32: return "int32";
+  }
+  return cat("unknown dtype ", static_cast<int>(t));
+}
+
+int64_t dtype_bytes(fp8attn_dtype t) {
+  switch (t) {
+    case FP8ATTN_DTYPE_E4M3: case FP8ATTN_DTYPE_E5M2: return 1;
+    case FP8ATTN_DTYPE_F16: case FP8ATTN_DTYPE_BF16: return 2;
+    case FP8ATTN_DTYPE_F32: case FP8ATTN_DTYPE_I32: return 4;
+    default: return 0;
+  }
+}
+
+// A floating type the call could meaningfully carry but fp8attn does not take is "not supported";
+// anything else (unset, int32, an out-of-range enum value) makes the call malformed.
+StatusCode wrong_dtype_code(fp8attn_dtype t) {
+  switch (t) {
+    case FP8ATTN_DTYPE_E4M3: case FP8ATTN_DTYPE_E5M2: case FP8ATTN_DTYPE_F16:
+    case FP8ATTN_DTYPE_BF16: case FP8ATTN_DTYPE_F32: return StatusCode::kNotSupported;
+    default: return StatusCode::kInvalidArgument;
+  }
+}
+
+Status expect_dtype(const std::string& name, fp8attn_dtype got, std::initializer_list<fp8attn_dtype> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), got) != allowed.end()) return Status::Ok();
+  std::string expected = "dtype ";
+  for (auto it = allowed.begin(); it != allowed.end(); ++it)
+    expected += (it == allowed.begin() ? "" : " or ") + dtype_name(*it);
+  return {wrong_dtype_code(got), expected_got(name, expected, dtype_name(got))};
+}
+
+Status expect_at_least(const std::string& name, int64_t got, int64_t min, const std::string& why = "") {
+  if (got >= min) return Status::Ok();
+  return invalid(expected_got(name, cat(">= ", min, why), cat(got)));
+}
+
+Status expect_aligned(const std::string& name, const void* ptr, int64_t bytes, const std::string& why) {
+  if (reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0) return Status::Ok();
+  return invalid(expected_got(name, cat("a ", bytes, "-byte aligned address (", why, ")"), hex(ptr)));
+}
+
+// One strided dimension of a tensor: its params field, its extent, and how to describe the extent.
+struct Dim {
+  std::string stride_name;  // the params field, e.g. "k_row_stride"
+  std::string size_desc;    // e.g. "page_size=16"
+  int64_t size;
+  int64_t stride;
+  bool zero_stride_ok;      // a read-only batch dimension may broadcast (stride 0); rows and heads may not
+};
+
+// x * y + z saturated at INT64_MAX (all operands >= 0): spans of absurd strides must not wrap around.
+int64_t saturating_mul_add(int64_t x, int64_t y, int64_t z) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (y != 0 && x > (kMax - z) / y) return kMax;
+  return x * y + z;
+}
+
+// A written tensor must not alias itself, or two CTAs race on one address. Checked in the sufficient form
+// every view of a contiguous tensor meets: ordered by stride (the contiguous dim first), each dimension
+// starts beyond the span of the smaller ones.
+Status expect_no_self_overlap(const std::string& tensor, std::vector<Dim> dims) {
+  for (const Dim& d : dims)
+    if (d.size == 0) return Status::Ok();  // no elements, nothing to alias
+  dims.erase(std::remove_if(dims.begin(), dims.end(), [](const Dim& d) { return d.size <= 1; }), dims.end());
+  std::stable_sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  int64_t span = 1;
+  for (const Dim& d : dims) {
+    if (d.stride < span) {
+      return invalid(expected_got(d.stride_name, cat(">= ", span, " so that ", tensor, " does not overlap itself (",
+                                                     d.size_desc, ")"),
+                                  cat(d.stride)));
+    }
+    span = saturating_mul_add(d.stride, d.size - 1, span);
+  }
+  return Status::Ok();
+}
+
+// q, k, v or out: [batch?, rows, heads, head_dim] with the head_dim contiguous.
+struct StridedTensor {
+  std::string name;
+  const void* ptr;
+  int64_t elem_bytes;
+  bool written;
+  std::vector<Dim> dims;  // the strided dims in use (the batch dim is absent when varlen)
+  Dim contiguous;         // the head dim, stride 1
+};
+
+Status check_stride(const StridedTensor& t, const Dim& d) {
+  if (d.stride < 0) return invalid(expected_got(d.stride_name, ">= 0", cat(d.stride)));
+  if (d.stride == 0 && d.size > 1 && (t.written || !d.zero_stride_ok)) {
+    return invalid(expected_got(d.stride_name, cat("a nonzero stride (", d.size_desc, " would alias one address)"),
+                                "0"));
+  }
+  const int64_t multiple = kTmaAlignBytes / t.elem_bytes;
+  if (d.stride % multiple != 0) {
+    return invalid(expected_got(d.stride_name,
+                                cat("a multiple of ", multiple, " elements (", t.name,
+                                    " strides must be 16-byte aligned for TMA)"),
+                                cat(d.stride)));
+  }
+  if (d.stride >= kTmaMaxStrideBytes / t.elem_bytes) {
+    return invalid(expected_got(d.stride_name, cat("< 2^40 bytes (the TMA stride limit)"),
+                                cat(d.stride, " elements")));
+  }
+  return Status::Ok();
+}
+
+Status check_tensor(const StridedTensor& t) {
+  if (t.ptr == nullptr) return invalid(expected_got(t.name, "a non-NULL device pointer", "NULL"));
+  FP8ATTN_RETURN_IF_ERROR(expect_aligned(t.name, t.ptr, kTmaAlignBytes, "TMA needs a 16-byte aligned base"));
+  for (const Dim& d : t.dims) FP8ATTN_RETURN_IF_ERROR(check_stride(t, d));
+  if (!t.written) return Status::Ok();
+  std::vector<Dim> all{t.contiguous};
+  all.insert(all.end(), t.dims.begin(), t.dims.end());
+  return expect_no_self_overlap(t.name, std::move(all));
+}
+
+bool varlen_q(const FwdParams& p) { return p.cu_seqlens_q != nullptr; }
+bool paged(const FwdParams& p) { return p.block_table != nullptr; }
+bool varlen_k(const FwdParams& p) { return p.cu_seqlens_k != nullptr && !paged(p); }
+
+const char* seqlen_q_name(const FwdParams& p) { return varlen_q(p) ? "max_seqlen_q" : "seqlen_q"; }
+const char* seqlen_k_name(const FwdParams& p) {
+  return p.cu_seqlens_k || p.seqused_k || paged(p) ? "max_seqlen_k" : "seqlen_k";
+}
+
+// Rows of q / out: total_q when varlen, else seqlen_q per batch entry.
+Dim q_rows(const FwdParams& p, const std::string& stride_name, int64_t stride) {
+  return varlen_q(p) ? Dim{stride_name, cat("total_q=", p.total_q, " rows"), p.total_q, stride, false}
+                     : Dim{stride_name, cat("seqlen_q=", p.seqlen_q, " rows"), p.seqlen_q, stride, false};
+}
+
+StridedTensor q_like(const FwdParams& p, const std::string& name, const std::string& prefix, const void* ptr,
+                     fp8attn_dtype dtype, bool written, int head_dim, int64_t batch_stride, int64_t row_stride,
+                     int64_t head_stride) {
+  StridedTensor t{name, ptr, dtype_bytes(dtype), written, {}, {"head_dim", cat("head_dim=", head_dim), head_dim, 1,
+                                                               false}};
+  if (!varlen_q(p))
+    t.dims.push_back({prefix + "_batch_stride", cat("batch=", p.batch), p.batch, batch_stride, !written});
+  t.dims.push_back(q_rows(p, prefix + "_row_stride", row_stride));
+  t.dims.push_back({prefix + "_head_stride", cat("num_heads_q=", p.num_heads_q, " heads"), p.num_heads_q,
+                    head_stride, false});
+  return t;
+}
+
+StridedTensor kv_like(const FwdParams& p, const std::string& name, const void* ptr, fp8attn_dtype dtype,
+                      int head_dim, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+  StridedTensor t{name, ptr, dtype_bytes(dtype), false, {}, {"head_dim", cat("head_dim=", head_dim), head_dim, 1,
+                                                             false}};
+  if (paged(p)) {  // [num_pages, page_size, heads, d]: the batch stride is the page stride
+    t.dims.push_back({name + "_batch_stride", cat("num_pages=", p.num_pages), p.num_pages, batch_stride, true});
+    t.dims.push_back({name + "_row_stride", cat("page_size=", p.page_size, " rows"), p.page_size, row_stride, false});
+  } else if (varlen_k(p)) {
+    t.dims.push_back({name + "_row_stride", cat("total_k=", p.total_k, " rows"), p.total_k, row_stride, false});
+  } else {
+    t.dims.push_back({name + "_batch_stride", cat("batch=", p.batch), p.batch, batch_stride, true});
+    t.dims.push_back({name + "_row_stride", cat("seqlen_k=", p.seqlen_k, " rows"), p.seqlen_k, row_stride, false});
+  }
+  t.dims.push_back({name + "_head_stride", cat("num_heads_kv=", p.num_heads_kv, " heads"), p.num_heads_kv,
+                    head_stride, false});
+  return t;
+}
+
+// ---- the checks, in the order validate_fwd runs them ----
+
+Status check_device(const DeviceInfo& d) {
+  // The kernels are sm_90a code (WGMMA, TMA, setmaxnreg): they run on compute capability 9.0 only.
+  if (d.cc_major != 9 || d.cc_minor != 0) {
+    return not_supported(expected_got("device", "compute capability 9.0 (sm_90: H100/H200)",
+                                      cat(d.cc_major, ".", d.cc_minor, " (sm_", d.cc_major, d.cc_minor, ")")));
+  }
+  return expect_at_least("device.num_sms", d.num_sms, 1);
+}
+
+Status check_unsupported_features(const FwdParams& p) {
+  if (!(p.softcap == 0.0f))  // written so that a NaN softcap counts as set
+    return not_supported(expected_got("softcap", "0 (off)", cat(p.softcap)) + " (logit softcapping is not supported)");
+  if (p.qv != nullptr)
+    return not_supported(expected_got("qv", "NULL", "a pointer") + " (MLA / Qv is not supported)");
+  if (p.block_sparsity != nullptr)
+    return not_supported(expected_got("block_sparsity", "NULL", "a pointer") + " (block sparsity is not supported)");
+  return Status::Ok();
+}
+
+Status check_dtypes(const FwdParams& p) {
+  // Non-FP8 inputs first (the likeliest mistake: an unquantized q), then FP8 mixes, then E5M2 alone.
+  const std::pair<const char*, fp8attn_dtype> qkv[] = {{"q", p.q_dtype}, {"k", p.k_dtype}, {"v", p.v_dtype}};
+  for (const auto& [name, dtype] : qkv) {
+    if (dtype != FP8ATTN_DTYPE_E4M3 && dtype != FP8ATTN_DTYPE_E5M2) {
+      return {wrong_dtype_code(dtype), expected_got(name, "dtype float8_e4m3fn", dtype_name(dtype)) +
+                                           " (fp8attn takes FP8 E4M3 q, k and v; quantize first)"};
+    }
+  }
+  if (p.k_dtype != p.q_dtype || p.v_dtype != p.q_dtype) {
+    return not_supported(expected_got("q, k, v", "one dtype float8_e4m3fn",
+                                      cat("mixed dtypes (q ", dtype_name(p.q_dtype), ", k ", dtype_name(p.k_dtype),
+                                          ", v ", dtype_name(p.v_dtype), ")")));
+  }
+  if (p.q_dtype == FP8ATTN_DTYPE_E5M2) {
+    return not_supported(expected_got("q", "dtype float8_e4m3fn", "float8_e5m2") + " (E5M2 is not supported)");
+  }
+  return expect_dtype("out_dtype", p.out_dtype, {FP8ATTN_DTYPE_F16, FP8ATTN_DTYPE_BF16});
+}
+
+Status check_head_dims(const FwdParams& p) {
+  std::string supported;
+  for (const auto& [d, dv] : kHeadDims) {
+    if (p.head_dim == d && p.head_dim_v == dv) return Status::Ok();
+    supported += cat(supported.empty() ? "" : ", ", "(", d, ", ", dv, ")");
+  }
+  return not_supported(expected_got("(head_dim, head_dim_v)", "one of " + supported,
+                                    cat("(", p.head_dim, ", ", p.head_dim_v, ")")));
+}
+
+Status check_sizes(const FwdParams& p) {
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least("batch", p.batch, 1));
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least("num_heads_q", p.num_heads_q, 1));
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least("num_heads_kv", p.num_heads_kv, 1));
+  if (p.num_heads_q % p.num_heads_kv != 0) {
+    return invalid(expected_got("num_heads_q", cat("a multiple of num_heads_kv=", p.num_heads_kv, " (MHA/GQA/MQA)"),
+                                cat("num_heads_q=", p.num_heads_q)));
+  }
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least(seqlen_q_name(p), p.seqlen_q, 0));
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least(seqlen_k_name(p), p.seqlen_k, 0));
+  if (varlen_q(p))
+    FP8ATTN_RETURN_IF_ERROR(expect_at_least("total_q", p.total_q, 0, " (rows of q with cu_seqlens_q)"));
+  if (varlen_k(p))
+    FP8ATTN_RETURN_IF_ERROR(expect_at_least("total_k", p.total_k, 0, " (rows of k/v with cu_seqlens_k)"));
+  return Status::Ok();
+}
+
+// Which of cu_seqlens_k / seqused_k / block_table may come together (vLLM's flash_attn_varlen_func contract).
+Status check_sequence_lengths(const FwdParams& p) {
+  if (paged(p)) {
+    if (p.cu_seqlens_k != nullptr) {
+      return invalid(expected_got("cu_seqlens_k", "NULL with block_table (paged K/V takes its lengths from seqused_k)",
+                                  "a pointer"));
+    }
+    if (p.seqused_k == nullptr) {
+      return invalid(expected_got("seqused_k", "a [batch] int32 tensor with block_table (paged K/V needs each "
+                                               "sequence's key count)", "NULL"));
+    }
+  } else if (varlen_q(p) && (p.cu_seqlens_k != nullptr) == (p.seqused_k != nullptr)) {
+    return invalid(expected_got("cu_seqlens_k, seqused_k", "exactly one of them with cu_seqlens_q",
+                                p.cu_seqlens_k != nullptr ? "both" : "neither"));
+  } else if (!varlen_q(p) && p.cu_seqlens_k != nullptr) {
+    return invalid(expected_got("cu_seqlens_k", "NULL without cu_seqlens_q (a dense call may give seqused_k only)",
+                                "a pointer"));
+  }
+  const std::pair<const char*, const int32_t*> int32_arrays[] = {
+      {"cu_seqlens_q", p.cu_seqlens_q}, {"cu_seqlens_k", p.cu_seqlens_k},
+      {"seqused_k", p.seqused_k}, {"block_table", p.block_table}};
+  for (const auto& [name, ptr] : int32_arrays)
+    FP8ATTN_RETURN_IF_ERROR(expect_aligned(name, ptr, sizeof(int32_t), "int32 elements"));
+  return Status::Ok();
+}
+
+Status check_paging(const FwdParams& p) {
+  if (!paged(p)) return Status::Ok();
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least("page_size", p.page_size, 1));
+  if (p.page_size % kPageSizeMultiple != 0) {
+    return not_supported(expected_got("page_size", cat("a multiple of ", kPageSizeMultiple, " (vLLM block_size)"),
+                                      cat(p.page_size)));
+  }
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least("num_pages", p.num_pages, 1, " (leading dim of the paged k/v cache)"));
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least("max_pages_per_seq", p.max_pages_per_seq, 1, " (columns of block_table)"));
+  const int64_t covered = int64_t{p.max_pages_per_seq} * p.page_size;
+  if (covered < p.seqlen_k) {
+    return invalid(expected_got("max_pages_per_seq * page_size",
+                                cat(">= max_seqlen_k=", p.seqlen_k, " (block_table must cover the longest sequence)"),
+                                cat(p.max_pages_per_seq, " * ", p.page_size, " = ", covered)));
+  }
+  // A row stride wider than the row is fine (vLLM passes column-sliced views); narrower overlaps rows.
+  // With one sequence the stride is never used.
+  if (p.batch > 1) {
+    FP8ATTN_RETURN_IF_ERROR(expect_at_least("block_table_batch_stride", p.block_table_batch_stride,
+                                            p.max_pages_per_seq, " (= max_pages_per_seq, or wider)"));
+  }
+  return Status::Ok();
+}
+
+Status check_tensors(const FwdParams& p) {
+  FP8ATTN_RETURN_IF_ERROR(check_tensor(q_like(p, "q", "q", p.q, p.q_dtype, false, p.head_dim, p.q_batch_stride,
+                                              p.q_row_stride, p.q_head_stride)));
+  FP8ATTN_RETURN_IF_ERROR(check_tensor(
+      kv_like(p, "k", p.k, p.k_dtype, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride)));
+  FP8ATTN_RETURN_IF_ERROR(check_tensor(
+      kv_like(p, "v", p.v, p.v_dtype, p.head_dim_v, p.v_batch_stride, p.v_row_stride, p.v_head_stride)));
+  return check_tensor(q_like(p, "out", "o", p.out, p.out_dtype, true, p.head_dim_v, p.o_batch_stride,
+                             p.o_row_stride, p.o_head_stride));
+}
+
+// lse: dense [batch, num_heads_q, seqlen_q], varlen [num_heads_q, total_q], fp32, token stride 1.
+Status check_lse(const FwdParams& p) {
+  if (p.lse == nullptr) return Status::Ok();
+  FP8ATTN_RETURN_IF_ERROR(expect_aligned("lse", p.lse, sizeof(float), "float32 elements"));
+  std::vector<Dim> dims{q_rows(p, "lse token stride (1)", 1),
+                        {"lse_head_stride", cat("num_heads_q=", p.num_heads_q, " heads"), p.num_heads_q,
+                         p.lse_head_stride, false}};
+  if (!varlen_q(p))
+    dims.push_back({"lse_batch_stride", cat("batch=", p.batch), p.batch, p.lse_batch_stride, false});
+  for (const Dim& d : dims) FP8ATTN_RETURN_IF_ERROR(expect_at_least(d.stride_name, d.stride, 0));
+  return expect_no_self_overlap("lse", std::move(dims));
+}
+
+Status check_window(const FwdParams& p) {
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least("window_size_left", p.window_left, -1, " (-1: unbounded)"));
+  FP8ATTN_RETURN_IF_ERROR(expect_at_least("window_size_right", p.window_right, -1, " (-1: unbounded)"));
+  if (p.causal && p.window_right > 0) {
+    return invalid(expected_got("window_size_right", "0 or -1 with causal=true (causal means window_size_right = 0)",
+                                cat(p.window_right)));
+  }
+  return Status::Ok();
+}
+
+Status check_descale(const std::string& name, const fp8attn_descale& d, const FwdParams& p) {
+  if (d.ptr == nullptr) return Status::Ok();  // 1.0; the other fields are unused
+  FP8ATTN_RETURN_IF_ERROR(expect_dtype(name, d.dtype, {FP8ATTN_DTYPE_F32}));
+  FP8ATTN_RETURN_IF_ERROR(expect_aligned(name, d.ptr, sizeof(float), "float32 elements"));
+  const std::string shape = cat("a 0-d tensor or shape (batch=", p.batch, ", num_heads_kv=", p.num_heads_kv, ")");
+  const std::string strides = cat("(", d.batch_stride, ", ", d.head_stride, ")");
+  switch (d.ndim) {
+    case 0:
+      if (d.batch_stride != 0 || d.head_stride != 0)
+        return invalid(expected_got(name, "strides (0, 0) for a 0-d tensor", strides));
+      return Status::Ok();
+    case 2:
+      if (d.size[0] != p.batch || d.size[1] != p.num_heads_kv)
+        return invalid(expected_got(name, shape, cat("shape (", d.size[0], ", ", d.size[1], ")")));
+      if (d.batch_stride < 0 || d.head_stride < 0)  // 0 is a broadcast (vLLM's expand()), fine
+        return invalid(expected_got(name, "strides >= 0", strides));
+      return Status::Ok();
+    default:
+      return invalid(expected_got(name, shape, cat("ndim ", d.ndim)));
+  }
+}
+
+Status check_descales(const FwdParams& p) {
+  FP8ATTN_RETURN_IF_ERROR(check_descale("q_descale", p.q_descale, p));
+  FP8ATTN_RETURN_IF_ERROR(check_descale("k_descale", p.k_descale, p));
+  return check_descale("v_descale", p.v_descale, p);
+}
+
+Status check_sink(const FwdParams& p) {
+  if (p.sink == nullptr) return Status::Ok();
+  FP8ATTN_RETURN_IF_ERROR(expect_dtype("sink_dtype (s_aux)", p.sink_dtype, {FP8ATTN_DTYPE_F32, FP8ATTN_DTYPE_BF16}));
+  return expect_aligned("sink (s_aux)", p.sink, dtype_bytes(p.sink_dtype), cat(dtype_name(p.sink_dtype), " elements"));
+}
+
+Status check_scalars(const FwdParams& p) {
+  if (!(std::isfinite(p.softmax_scale) && p.softmax_scale > 0.0f)) {
+    return invalid(expected_got("softmax_scale", "a finite value > 0 (usually 1/sqrt(head_dim))",
+                                cat(p.softmax_scale)));
+  }
+  if (p.num_splits < 0 || p.num_splits > kMaxSplits) {
+    return invalid(expected_got("num_splits", cat("0 (heuristic) or 1..", kMaxSplits), cat(p.num_splits)));
+  }
+  return Status::Ok();
+}
+
+// Last: the size depends on the config chosen for otherwise valid params.
+Status check_workspace(const FwdParams& p, const DeviceInfo& device) {
+  const size_t needed = fwd_workspace_size(p, device);
+  if (needed == 0) return Status::Ok();
+  if (p.workspace == nullptr) {
+    return invalid(expected_got(
+        "workspace", cat("a device buffer of >= ", needed, " bytes (split-KV partials, see fwd_workspace_size)"),
+        "NULL"));
+  }
+  if (p.workspace_bytes < needed) {
+    return invalid(
+        expected_got("workspace_bytes", cat(">= ", needed, " (fwd_workspace_size)"), cat(p.workspace_bytes)));
+  }
+  return expect_aligned("workspace", p.workspace, kTmaAlignBytes, "vectorized fp32 partials");
+}
+
+}  // namespace
+
+Status validate_fwd(const FwdParams& params, const DeviceInfo& device) {
+  FP8ATTN_RETURN_IF_ERROR(check_device(device));
+  FP8ATTN_RETURN_IF_ERROR(check_unsupported_features(params));
+  FP8ATTN_RETURN_IF_ERROR(check_dtypes(params));
+  FP8ATTN_RETURN_IF_ERROR(check_head_dims(params));
+  FP8ATTN_RETURN_IF_ERROR(check_sizes(params));
+  FP8ATTN_RETURN_IF_ERROR(check_sequence_lengths(params));
+  FP8ATTN_RETURN_IF_ERROR(check_paging(params));
+  FP8ATTN_RETURN_IF_ERROR(check_tensors(params));
+  FP8ATTN_RETURN_IF_ERROR(check_lse(params));
+  FP8ATTN_RETURN_IF_ERROR(check_window(params));
+  FP8ATTN_RETURN_IF_ERROR(check_descales(params));
+  FP8ATTN_RETURN_IF_ERROR(check_sink(params));
+  FP8ATTN_RETURN_IF_ERROR(check_scalars(params));
+  return check_workspace(params, device);
+}
+
+}  // namespace fp8attn

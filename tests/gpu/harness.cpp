@@ -1,0 +1,692 @@
+// fp8attn GPU test harness (see harness.h).
+#include "harness.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace fp8attn_test {
+namespace {
+
+using fp8attn::StatusCode;
+namespace ref = fp8attn::ref;
+
+constexpr uint8_t kE4m3NaN = 0x7F;     // E4M3 S.1111.111: the byte every non-input q/k/v byte holds
+constexpr uint8_t kPoisonByte = 0xFF;  // out/lse/workspace fill: 0xFFFF is NaN in fp16 and bf16, 0xFFFFFFFF in fp32
+constexpr uint16_t kPoisonOut = 0xFFFF;
+constexpr uint32_t kPoisonLse = 0xFFFFFFFF;
+constexpr double kLseAbsoluteSlack = 1e-3;  // LSE bar: 2 x the emulation's LSE error + this (natural log)
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+  }
+}
+
+template <typename T>
+std::string join(const std::vector<T>& values) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < values.size(); ++i) os << (i ? "," : "") << values[i];
+  os << "]";
+  return os.str();
+}
+
+const char* kv_label(KvLayout kv) {
+  switch (kv) {
+    case KvLayout::kDense:
+      return "dense";
+    case KvLayout::kVarlen:
+      return "varlen";
+    case KvLayout::kPaged:
+      return "paged";
+  }
+  return "?";
+}
+
+const char* descale_label(DescaleForm form) {
+  switch (form) {
+    case DescaleForm::kNone:
+      return "none";
+    case DescaleForm::kScalar:
+      return "scalar";
+    case DescaleForm::kPerBatchHead:
+      return "bh";
+    case DescaleForm::kBroadcastAll:
+      return "bcast00";
+    case DescaleForm::kBroadcastBatch:
+      return "bcast01";
+  }
+  return "?";
+}
+
+const char* sink_label(SinkType sink) {
+  switch (sink) {
+    case SinkType::kNone:
+      return "none";
+    case SinkType::kF32:
+      return "f32";
+    case SinkType::kBF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+// One ulp of bf16 at magnitude x (the bf16 significand has 8 bits): 2^(floor(log2 x) - 7).
+double ulp_bf16(double x) {
+  if (!(x > 0)) return 0;
+  int exponent = 0;
+  std::frexp(x, &exponent);  // x = m * 2^exponent, m in [0.5, 1)
+  return std::ldexp(1.0, exponent - 1 - 7);
+}
+
+// Rejects descriptions the harness cannot lay out, or that the API contract forbids, before any work.
+void check_case(const Case& c) {
+  auto fail = [&](const std::string& why) {
+    throw std::invalid_argument("bad test case (" + why + "): " + c.describe());
+  };
+  if (c.batch < 1) fail("batch < 1");
+  if (static_cast<int>(c.seqlens_q.size()) != c.batch || static_cast<int>(c.seqlens_k.size()) != c.batch)
+    fail("seqlens_q / seqlens_k need one entry per batch entry");
+  for (int b = 0; b < c.batch; ++b)
+    if (c.seqlens_q[b] < 0 || c.seqlens_k[b] < 0) fail("negative length");
+  if (c.heads_q % c.heads_kv != 0) fail("heads_q must be a multiple of heads_kv");
+  const bool equal_q = std::all_of(c.seqlens_q.begin(), c.seqlens_q.end(), [&](int n) { return n == c.seqlens_q[0]; });
+  const bool equal_k = std::all_of(c.seqlens_k.begin(), c.seqlens_k.end(), [&](int n) { return n == c.seqlens_k[0]; });
+  if (!c.varlen_q && (!equal_q || c.spare_q_rows != 0)) fail("dense q needs equal lengths and no spare rows");
+  switch (c.kv) {
+    case KvLayout::kDense:
+      if (!c.seqused_k && (!equal_k || c.spare_k_rows != 0)) fail("dense K without seqused_k needs equal lengths");
+      if (c.varlen_q && !c.seqused_k)
+        fail("varlen q with dense K needs seqused_k (exactly one of cu_seqlens_k/seqused_k)");
+      break;
+    case KvLayout::kVarlen:
+      if (!c.varlen_q) fail("cu_seqlens_k needs cu_seqlens_q");
+      if (c.seqused_k) fail("cu_seqlens_k and seqused_k together are refused with varlen q");
+      break;
+    case KvLayout::kPaged:
+      if (c.page_size <= 0 || c.page_size % 16 != 0) fail("page_size must be a positive multiple of 16");
+      break;
+  }
+}
+
+// The random inputs of one case, drawn in a fixed order (q, k, v, descales, sink) that does not depend on
+// the layout (strided or not, paged or not): the same seed gives the same numbers.
+class InputSource {
+ public:
+  explicit InputSource(uint64_t seed) : rng_(seed) {}
+  uint8_t e4m3(float mean, float std) { return ref::float_to_e4m3(mean + std * normal_(rng_)); }
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
+
+ private:
+  std::mt19937_64 rng_;
+  std::normal_distribution<float> normal_{0.0f, 1.0f};
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+
+const char* dtype_label(fp8attn_dtype dtype) {
+  switch (dtype) {
+    case FP8ATTN_DTYPE_F16:
+      return "f16";
+    case FP8ATTN_DTYPE_BF16:
+      return "bf16";
+    case FP8ATTN_DTYPE_F32:
+      return "f32";
+    case FP8ATTN_DTYPE_E4M3:
+      return "e4m3";
+    case FP8ATTN_DTYPE_E5M2:
+      return "e5m2";
+    case FP8ATTN_DTYPE_I32:
+      return "i32";
+    case FP8ATTN_DTYPE_NONE:
+      return "none";
+  }
+  return "?";
+}
+
+std::string Case::describe() const {
+  std::ostringstream os;
+  os << "batch=" << batch << " seqlens_q=" << join(seqlens_q) << " seqlens_k=" << join(seqlens_k)
+     << " heads=" << heads_q << ":" << heads_kv << " d=" << head_dim << " dv=" << head_dim_v
+     << " q=" << (varlen_q ? "varlen" : "dense") << " kv=" << kv_label(kv) << (seqused_k ? "+seqused_k" : "");
+  if (kv == KvLayout::kPaged) os << " page_size=" << page_size << " spare_pages=" << spare_pages;
+  os << " spare_q_rows=" << spare_q_rows << " spare_k_rows=" << spare_k_rows << " extra_max_seqlen=" << extra_max_seqlen
+     << " strided=" << strided << " causal=" << causal << " window=(" << window_left << "," << window_right << ")"
+     << " descale(q,k,v)=" << descale_label(descale_q) << "," << descale_label(descale_k) << ","
+     << descale_label(descale_v) << " sink=" << sink_label(sink) << " out=" << dtype_label(out_dtype) << " lse=" << lse
+     << " num_splits=" << num_splits << " qk_std=" << qk_std << " v=N(" << v_mean << "," << v_std
+     << "^2) seed=" << seed;
+  return os.str();
+}
+
+// Host bytes of one tensor or array and its device copy. Empty host bytes mean "not passed" (NULL).
+struct Array {
+  std::vector<uint8_t> host;
+  void* device = nullptr;
+
+  template <typename T>
+  void assign(const std::vector<T>& values) {
+    host.resize(values.size() * sizeof(T));
+    if (!values.empty()) std::memcpy(host.data(), values.data(), host.size());
+  }
+  // NULL when absent; `offset` bytes into the array otherwise.
+  void* address(bool on_device, size_t offset = 0) {
+    if (host.empty()) return nullptr;
+    return static_cast<uint8_t*>(on_device ? device : host.data()) + offset;
+  }
+};
+
+struct Problem::Buffers {
+  Array q, kv, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale, sink;
+  size_t v_offset = 0;  // bytes from the start of kv to v
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+
+  std::vector<Array*> arrays() {
+    return {&q,         &kv,          &out,       &lse,       &cu_seqlens_q, &cu_seqlens_k,
+            &seqused_k, &block_table, &q_descale, &k_descale, &v_descale,    &sink};
+  }
+
+  ~Buffers() {
+    // Destructors must not throw; a failing cudaFree here means the context is already broken, which the
+    // test that broke it has reported.
+    for (Array* a : arrays())
+      if (a->device) cudaFree(a->device);
+    if (workspace) cudaFree(workspace);
+  }
+};
+
+Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
+  check_case(c);
+  Buffers& buf = *buffers_;
+  InputSource inputs(c.seed);
+  fp8attn_fwd_params& p = host_params_;
+  fp8attn_fwd_params_init(&p);
+
+  const int batch = c.batch, hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim, dv = c.head_dim_v;
+  const int max_q = *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end());
+  const int max_k = *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end());
+  // Stride padding when c.strided: multiples of 16 bytes, the TMA stride granularity the API requires.
+  const int64_t pad = c.strided ? 1 : 0;
+
+  p.batch = batch;
+  p.num_heads_q = hq;
+  p.num_heads_kv = hkv;
+  p.head_dim = d;
+  p.head_dim_v = dv;
+  p.q_dtype = p.k_dtype = p.v_dtype = FP8ATTN_DTYPE_E4M3;
+  p.out_dtype = c.out_dtype;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.causal = c.causal ? 1 : 0;
+  p.window_left = c.window_left;
+  p.window_right = c.window_right;
+  p.num_splits = c.num_splits;
+
+  // ---- q, out, lse rows ----
+  std::vector<int32_t> cu_q(batch + 1, 0);
+  for (int b = 0; b < batch; ++b) cu_q[b + 1] = cu_q[b] + c.seqlens_q[b];
+  p.q_head_stride = d + 16 * pad;
+  p.q_row_stride = hq * p.q_head_stride + 32 * pad;
+  p.o_head_stride = dv + 8 * pad;
+  p.o_row_stride = hq * p.o_head_stride + 8 * pad;
+  int64_t q_elems = 0, out_elems = 0, lse_elems = 0;
+  if (c.varlen_q) {
+    p.total_q = cu_q[batch] + c.spare_q_rows;
+    p.seqlen_q = max_q + c.extra_max_seqlen;
+    buf.cu_seqlens_q.assign(cu_q);
+    q_elems = int64_t{p.total_q} * p.q_row_stride;
+    out_elems = int64_t{p.total_q} * p.o_row_stride;
+    p.lse_head_stride = p.total_q + 4 * pad;
+    lse_elems = hq * p.lse_head_stride;
+  } else {
+    p.seqlen_q = c.seqlens_q[0];
+    // Batch strides stay nonzero without rows too: a zero stride on a written tensor is refused as aliasing.
+    const int64_t rows = std::max(p.seqlen_q, 1);
+    p.q_batch_stride = rows * p.q_row_stride + 64 * pad;
+    p.o_batch_stride = rows * p.o_row_stride + 8 * pad;
+    q_elems = batch * p.q_batch_stride;
+    out_elems = batch * p.o_batch_stride;
+    p.lse_head_stride = rows + 4 * pad;
+    p.lse_batch_stride = hq * p.lse_head_stride + 4 * pad;
+    lse_elems = batch * p.lse_batch_stride;
+  }
+  // A tensor with no rows still needs a valid (non-NULL, aligned) pointer: keep every buffer non-empty.
+  buf.q.host.assign(std::max<int64_t>(q_elems, 16), kE4m3NaN);
+  buf.out.host.assign(std::max<int64_t>(out_elems, 16) * 2, kPoisonByte);
+  if (c.lse) buf.lse.host.assign(std::max<int64_t>(lse_elems, 4) * 4, kPoisonByte);
+  for (int b = 0; b < batch; ++b) {
+    for (int r = 0; r < c.seqlens_q[b]; ++r) {
+      const int64_t row = c.varlen_q ? (cu_q[b] + r) * p.q_row_stride : b * p.q_batch_stride + r * p.q_row_stride;
+      for (int h = 0; h < hq; ++h)
+        for (int col = 0; col < d; ++col) buf.q.host[row + h * p.q_head_stride + col] = inputs.e4m3(0.0f, c.qk_std);
+    }
+  }
+
+  // ---- k/v rows: (unit, row) of each key; a unit is a batch entry (dense), the whole tensor (varlen) or a page ----
+  std::vector<int32_t> cu_k(batch + 1, 0);
+  std::vector<std::vector<int32_t>> pages_of(batch);  // paged: page ids of each sequence, in order
+  int64_t units = 1, unit_rows = 0;
+  switch (c.kv) {
+    case KvLayout::kDense:
+      p.seqlen_k = max_k + (c.seqused_k ? c.spare_k_rows + c.extra_max_seqlen : 0);
+      units = batch;
+      unit_rows = p.seqlen_k;
+      break;
+    case KvLayout::kVarlen:
+      for (int b = 0; b < batch; ++b) cu_k[b + 1] = cu_k[b] + c.seqlens_k[b];
+      p.total_k = cu_k[batch] + c.spare_k_rows;  // trailing NaN rows no sequence owns
+      p.seqlen_k = max_k + c.extra_max_seqlen;
+      buf.cu_seqlens_k.assign(cu_k);
+      unit_rows = p.total_k;
+      break;
+    case KvLayout::kPaged: {
+      p.seqlen_k = max_k + c.extra_max_seqlen;
+      p.page_size = c.page_size;
+      int used_pages = 0;
+      for (int b = 0; b < batch; ++b) used_pages += (c.seqlens_k[b] + c.page_size - 1) / c.page_size;
+      p.num_pages = used_pages + c.spare_pages;
+      // A separate generator: the page order must not shift the input values.
+      std::vector<int32_t> order(p.num_pages);
+      std::iota(order.begin(), order.end(), 0);
+      std::mt19937_64 layout_rng(c.seed ^ 0x5DEECE66DULL);
+      std::shuffle(order.begin(), order.end(), layout_rng);
+      int next = 0;
+      for (int b = 0; b < batch; ++b)
+        for (int k = 0; k < c.seqlens_k[b]; k += c.page_size) pages_of[b].push_back(order[next++]);
+      p.max_pages_per_seq = std::max(1, (p.seqlen_k + c.page_size - 1) / c.page_size);
+      p.block_table_batch_stride = p.max_pages_per_seq + 2 * pad;  // a column-sliced view when strided
+      std::vector<int32_t> table(batch * p.block_table_batch_stride, kInvalidPage);
+      for (int b = 0; b < batch; ++b)
+        std::copy(pages_of[b].begin(), pages_of[b].end(), table.begin() + b * p.block_table_batch_stride);
+      buf.block_table.assign(table);
+      units = p.num_pages;
+      unit_rows = p.page_size;
+      break;
+    }
+  }
+  if (c.kv == KvLayout::kPaged || c.seqused_k)
+    buf.seqused_k.assign(std::vector<int32_t>(c.seqlens_k.begin(), c.seqlens_k.end()));
+
+  if (c.strided) {
+    // One interleaved cache: per unit [2][rows][heads_kv][slot] (vLLM-style K and V views of one tensor,
+    // unbound along the "2" axis); varlen interleaves per row instead, [rows][2][heads_kv][slot].
+    const int64_t slot = std::max(d, dv) + 16;
+    p.k_head_stride = p.v_head_stride = slot;
+    if (c.kv == KvLayout::kVarlen) {
+      p.k_row_stride = p.v_row_stride = 2 * hkv * slot;
+      buf.v_offset = hkv * slot;
+      buf.kv.host.assign(std::max<int64_t>(unit_rows * p.k_row_stride, 16), kE4m3NaN);
+    } else {
+      p.k_row_stride = p.v_row_stride = hkv * slot;
+      p.k_batch_stride = p.v_batch_stride = 2 * unit_rows * p.k_row_stride;
+      buf.v_offset = unit_rows * p.k_row_stride;
+      buf.kv.host.assign(std::max<int64_t>(units * p.k_batch_stride, 16), kE4m3NaN);
+    }
+  } else {
+    p.k_head_stride = d;
+    p.v_head_stride = dv;
+    p.k_row_stride = hkv * d;
+    p.v_row_stride = hkv * dv;
+    if (c.kv != KvLayout::kVarlen) {
+      p.k_batch_stride = unit_rows * p.k_row_stride;
+      p.v_batch_stride = unit_rows * p.v_row_stride;
+    }
+    const int64_t k_bytes = units * unit_rows * p.k_row_stride;
+    buf.v_offset = (k_bytes + 255) / 256 * 256;
+    buf.kv.host.assign(std::max<int64_t>(buf.v_offset + units * unit_rows * p.v_row_stride, 16), kE4m3NaN);
+  }
+  // Byte offset of key j of sequence b, head 0, in kv (add v_offset for v).
+  auto key_row = [&](int b, int j, bool is_v) -> int64_t {
+    const int64_t batch_stride = is_v ? p.v_batch_stride : p.k_batch_stride;
+    const int64_t row_stride = is_v ? p.v_row_stride : p.k_row_stride;
+    switch (c.kv) {
+      case KvLayout::kDense:
+        return b * batch_stride + j * row_stride;
+      case KvLayout::kVarlen:
+        return (cu_k[b] + j) * row_stride;
+      case KvLayout::kPaged:
+        return pages_of[b][j / c.page_size] * batch_stride + (j % c.page_size) * row_stride;
+    }
+    return 0;
+  };
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < c.seqlens_k[b]; ++j)
+      for (int h = 0; h < hkv; ++h)
+        for (int col = 0; col < d; ++col)
+          buf.kv.host[key_row(b, j, false) + h * p.k_head_stride + col] = inputs.e4m3(0.0f, c.qk_std);
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < c.seqlens_k[b]; ++j)
+      for (int h = 0; h < hkv; ++h)
+        for (int col = 0; col < dv; ++col)
+          buf.kv.host[buf.v_offset + key_row(b, j, true) + h * p.v_head_stride + col] = inputs.e4m3(c.v_mean, c.v_std);
+
+  // ---- descales in [0.5, 2], each in its own form ----
+  auto make_descale = [&](DescaleForm form, Array* array, fp8attn_descale* descale) {
+    *descale = fp8attn_descale{};
+    descale->dtype = FP8ATTN_DTYPE_F32;
+    int values = 0;
+    switch (form) {
+      case DescaleForm::kNone:
+        return;
+      case DescaleForm::kScalar:
+        descale->ndim = 0;
+        values = 1;
+        break;
+      case DescaleForm::kPerBatchHead:
+        descale->ndim = 2;
+        descale->batch_stride = hkv;
+        descale->head_stride = 1;
+        values = batch * hkv;
+        break;
+      case DescaleForm::kBroadcastAll:
+        descale->ndim = 2;
+        values = 1;
+        break;
+      case DescaleForm::kBroadcastBatch:
+        descale->ndim = 2;
+        descale->head_stride = 1;
+        values = hkv;
+        break;
+    }
+    if (descale->ndim == 2) {
+      descale->size[0] = batch;
+      descale->size[1] = hkv;
+    }
+    std::vector<float> v(values);
+    for (float& x : v) x = inputs.uniform(0.5f, 2.0f);
+    array->assign(v);
+  };
+  make_descale(c.descale_q, &buf.q_descale, &p.q_descale);
+  make_descale(c.descale_k, &buf.k_descale, &p.k_descale);
+  make_descale(c.descale_v, &buf.v_descale, &p.v_descale);
+
+  // ---- sink logits, in the range of the scaled scores so that they matter ----
+  if (c.sink != SinkType::kNone) {
+    std::vector<float> logits(hq);
+    for (float& x : logits) x = inputs.uniform(-2.0f, 4.0f);
+    if (c.sink == SinkType::kF32) {
+      p.sink_dtype = FP8ATTN_DTYPE_F32;
+      buf.sink.assign(logits);
+    } else {
+      p.sink_dtype = FP8ATTN_DTYPE_BF16;
+      std::vector<uint16_t> bits(hq);
+      for (int h = 0; h < hq; ++h) bits[h] = ref::float_to_bf16(logits[h]);
+      buf.sink.assign(bits);
+    }
+  }
+
+  // ---- device copies, then the same params with device addresses ----
+  for (Array* a : buf.arrays()) {
+    if (a->host.empty()) continue;
+    check_cuda(cudaMalloc(&a->device, std::max<size_t>(a->host.size(), 256)), "cudaMalloc");
+    check_cuda(cudaMemcpy(a->device, a->host.data(), a->host.size(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  auto bind = [&](fp8attn_fwd_params* params, bool on_device) {
+    params->q = buf.q.address(on_device);
+    params->k = buf.kv.address(on_device);
+    params->v = buf.kv.address(on_device, buf.v_offset);
+    params->out = buf.out.address(on_device);
+    params->lse = static_cast<float*>(buf.lse.address(on_device));
+    params->cu_seqlens_q = static_cast<const int32_t*>(buf.cu_seqlens_q.address(on_device));
+    params->cu_seqlens_k = static_cast<const int32_t*>(buf.cu_seqlens_k.address(on_device));
+    params->seqused_k = static_cast<const int32_t*>(buf.seqused_k.address(on_device));
+    params->block_table = static_cast<const int32_t*>(buf.block_table.address(on_device));
+    params->q_descale.ptr = static_cast<const float*>(buf.q_descale.address(on_device));
+    params->k_descale.ptr = static_cast<const float*>(buf.k_descale.address(on_device));
+    params->v_descale.ptr = static_cast<const float*>(buf.v_descale.address(on_device));
+    params->sink = buf.sink.address(on_device);
+  };
+  device_params_ = host_params_;
+  bind(&host_params_, false);
+  bind(&device_params_, true);
+
+  buf.workspace_bytes = fp8attn::fwd_workspace_size(device_params_);
+  if (buf.workspace_bytes > 0) {
+    check_cuda(cudaMalloc(&buf.workspace, buf.workspace_bytes), "cudaMalloc workspace");
+    device_params_.workspace = buf.workspace;
+    device_params_.workspace_bytes = buf.workspace_bytes;
+  }
+}
+
+Problem::~Problem() = default;
+
+void Problem::set_out_dtype(fp8attn_dtype dtype) {
+  case_.out_dtype = dtype;
+  host_params_.out_dtype = dtype;
+  device_params_.out_dtype = dtype;
+}
+
+void Problem::poison(cudaStream_t stream) const {
+  Buffers& buf = *buffers_;
+  check_cuda(cudaMemsetAsync(buf.out.device, kPoisonByte, buf.out.host.size(), stream), "cudaMemsetAsync out");
+  if (buf.lse.device)
+    check_cuda(cudaMemsetAsync(buf.lse.device, kPoisonByte, buf.lse.host.size(), stream), "cudaMemsetAsync lse");
+  // Split partials are written before they are read; stale NaN there exposes a split that is never written.
+  if (buf.workspace)
+    check_cuda(cudaMemsetAsync(buf.workspace, kPoisonByte, buf.workspace_bytes, stream), "cudaMemsetAsync workspace");
+}
+
+fp8attn::Status Problem::launch(cudaStream_t stream) const { return fp8attn::fwd(device_params_, stream); }
+
+fp8attn::Status Problem::run(cudaStream_t stream) const {
+  poison(stream);
+  return launch(stream);
+}
+
+Output Problem::download(cudaStream_t stream) const {
+  Buffers& buf = *buffers_;
+  Output o;
+  o.out.resize(buf.out.host.size());
+  o.lse.resize(buf.lse.host.size());
+  check_cuda(cudaMemcpyAsync(o.out.data(), buf.out.device, o.out.size(), cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync out");
+  if (!o.lse.empty())
+    check_cuda(cudaMemcpyAsync(o.lse.data(), buf.lse.device, o.lse.size(), cudaMemcpyDeviceToHost, stream),
+               "cudaMemcpyAsync lse");
+  // Also where an asynchronous kernel fault (illegal address...) surfaces.
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize after the forward call");
+  return o;
+}
+
+bool Problem::untouched(const Output& output) {
+  auto all_poison = [](const std::vector<uint8_t>& bytes) {
+    return std::all_of(bytes.begin(), bytes.end(), [](uint8_t x) { return x == kPoisonByte; });
+  };
+  return all_poison(output.out) && all_poison(output.lse);
+}
+
+void Problem::compute_references() {
+  if (have_references_) return;
+  // ref::attention already spreads its rows over every core; the two modes run side by side so that small
+  // problems (few tasks) still use two cores.
+  fp8attn::Status emulation_status;
+  std::thread emulation([&] { emulation_status = ref::attention(host_params_, ref::Mode::kEmulation, &emulation_); });
+  const fp8attn::Status exact_status = ref::attention(host_params_, ref::Mode::kExact, &exact_);
+  emulation.join();
+  if (!exact_status.ok()) throw std::runtime_error("reference (exact): " + exact_status.message());
+  if (!emulation_status.ok()) throw std::runtime_error("reference (emulation): " + emulation_status.message());
+  have_references_ = true;
+}
+
+Metrics Problem::check(const Output& output) {
+  compute_references();
+  const Case& c = case_;
+  const fp8attn_fwd_params& p = host_params_;
+  const int hq = c.heads_q, dv = c.head_dim_v;
+  const int64_t out_elems = static_cast<int64_t>(output.out.size() / 2);
+  const int64_t lse_elems = static_cast<int64_t>(output.lse.size() / 4);
+  auto out_bits = [&](int64_t i) {
+    uint16_t bits;
+    std::memcpy(&bits, &output.out[2 * i], 2);
+    return bits;
+  };
+  auto lse_bits = [&](int64_t i) {
+    uint32_t bits;
+    std::memcpy(&bits, &output.lse[4 * i], 4);
+    return bits;
+  };
+  auto out_value = [&](int64_t i) -> double {
+    const uint16_t bits = out_bits(i);
+    return c.out_dtype == FP8ATTN_DTYPE_F16 ? ref::f16_to_float(bits) : ref::bf16_to_float(bits);
+  };
+  auto lse_value = [&](int64_t i) -> double {
+    float x;
+    std::memcpy(&x, &output.lse[4 * i], 4);
+    return x;
+  };
+
+  Metrics m;
+  std::vector<uint8_t> out_expected(out_elems, 0), lse_expected(lse_elems, 0);
+  std::ostringstream first_nonfinite, first_lse_mismatch;
+  struct Worst {
+    double err = -1;
+    int b = 0, r = 0, h = 0, col = 0;
+    double out = 0, exact = 0, emulation = 0;
+  } worst, worst_lse;
+  double sum_sq_err = 0, sum_sq_emul_err = 0, sum_sq_exact = 0;
+
+  for (int b = 0; b < c.batch; ++b) {
+    for (int r = 0; r < c.seqlens_q[b]; ++r) {
+      const int64_t ref_row = c.varlen_q ? p.cu_seqlens_q[b] + r : int64_t{b} * p.seqlen_q + r;
+      const int64_t out_row = c.varlen_q ? ref_row * p.o_row_stride : b * p.o_batch_stride + r * p.o_row_stride;
+      for (int h = 0; h < hq; ++h) {
+        for (int col = 0; col < dv; ++col) {
+          const int64_t i = out_row + h * p.o_head_stride + col;
+          const size_t ref_i = static_cast<size_t>((ref_row * hq + h) * dv + col);
+          const double exact = exact_.out[ref_i], emulation = emulation_.out[ref_i];
+          out_expected[i] = 1;
+          ++m.checked_elements;
+          m.max_abs_exact = std::max(m.max_abs_exact, std::fabs(exact));
+          m.emul_max_abs_err = std::max(m.emul_max_abs_err, std::fabs(emulation - exact));
+          sum_sq_emul_err += (emulation - exact) * (emulation - exact);
+          sum_sq_exact += exact * exact;
+          const double value = out_value(i);
+          if (!std::isfinite(value)) {
+            if (m.nonfinite++ == 0)
+              first_nonfinite << "batch " << b << ", row " << r << ", head " << h << ", col " << col
+                              << ": out=" << value
+                              << (out_bits(i) == kPoisonOut ? " (never written)" : " (written non-finite)");
+            continue;
+          }
+          const double err = std::fabs(value - exact);
+          sum_sq_err += err * err;
+          if (err > worst.err) worst = {err, b, r, h, col, value, exact, emulation};
+        }
+        if (!c.lse) continue;
+        const int64_t li =
+            c.varlen_q ? h * p.lse_head_stride + ref_row : b * p.lse_batch_stride + h * p.lse_head_stride + r;
+        const size_t ref_li = static_cast<size_t>(h * exact_.total_rows + ref_row);
+        const double exact = exact_.lse[ref_li], emulation = emulation_.lse[ref_li], value = lse_value(li);
+        lse_expected[li] = 1;
+        const bool must_be_minus_inf = std::isinf(exact) && exact < 0;
+        const bool ok = must_be_minus_inf ? (std::isinf(value) && value < 0) : std::isfinite(value);
+        if (!ok) {
+          if (m.lse_mismatches++ == 0)
+            first_lse_mismatch << "batch " << b << ", row " << r << ", head " << h << ": lse=" << value
+                               << " exact=" << exact << (lse_bits(li) == kPoisonLse ? " (never written)" : "");
+          continue;
+        }
+        if (must_be_minus_inf) continue;
+        const double err = std::fabs(value - exact);
+        m.emul_lse_max_abs_err = std::max(m.emul_lse_max_abs_err, std::fabs(emulation - exact));
+        if (err > worst_lse.err) worst_lse = {err, b, r, h, 0, value, exact, emulation};
+      }
+    }
+  }
+  m.max_abs_err = std::max(worst.err, 0.0);
+  m.lse_max_abs_err = std::max(worst_lse.err, 0.0);
+  m.bound = 2 * m.emul_max_abs_err + 2 * ulp_bf16(m.max_abs_exact);
+  m.lse_bound = 2 * m.emul_lse_max_abs_err + kLseAbsoluteSlack;
+  m.rel_rms = sum_sq_exact > 0 ? std::sqrt(sum_sq_err / sum_sq_exact)
+                               : (sum_sq_err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  m.emul_rel_rms = sum_sq_exact > 0 ? std::sqrt(sum_sq_emul_err / sum_sq_exact) : 0.0;
+
+  // Everything outside the valid rows (varlen padding rows, stride gaps) must still hold the poison.
+  std::ostringstream first_stray;
+  for (int64_t i = 0; i < out_elems; ++i) {
+    if (out_expected[i] || out_bits(i) == kPoisonOut) continue;
+    if (m.stray_writes++ > 0) continue;
+    int64_t rest = i;
+    const int64_t b = c.varlen_q ? 0 : rest / p.o_batch_stride;
+    if (!c.varlen_q) rest %= p.o_batch_stride;
+    const int64_t row = rest / p.o_row_stride, head = rest % p.o_row_stride / p.o_head_stride;
+    const int64_t col = rest % p.o_row_stride % p.o_head_stride;
+    const bool gap = head >= hq || col >= dv || (!c.varlen_q && row >= p.seqlen_q);
+    first_stray << "out " << (c.varlen_q ? "" : "batch " + std::to_string(b) + ", ") << "row " << row << ", head "
+                << head << ", col " << col << (gap ? " (a stride gap)" : " (a padding row)") << ": bits 0x" << std::hex
+                << out_bits(i) << std::dec;
+  }
+  for (int64_t i = 0; i < lse_elems; ++i) {
+    if (lse_expected[i] || lse_bits(i) == kPoisonLse) continue;
+    if (m.stray_writes++ > 0) continue;
+    const int64_t b = c.varlen_q ? 0 : i / p.lse_batch_stride;
+    const int64_t rest = c.varlen_q ? i : i % p.lse_batch_stride;
+    first_stray << "lse " << (c.varlen_q ? "" : "batch " + std::to_string(b) + ", ") << "head "
+                << rest / p.lse_head_stride << ", token " << rest % p.lse_head_stride << ": " << lse_value(i);
+  }
+
+  const bool out_ok = m.nonfinite == 0 && m.max_abs_err <= m.bound;
+  const bool lse_ok = !c.lse || (m.lse_mismatches == 0 && m.lse_max_abs_err <= m.lse_bound);
+  m.passed = out_ok && lse_ok && m.stray_writes == 0;
+  if (m.passed) return m;
+
+  std::ostringstream f;
+  f.precision(6);
+  if (m.nonfinite)
+    f << m.nonfinite << " non-finite output elements in valid rows; first at " << first_nonfinite.str() << "\n";
+  if (m.stray_writes)
+    f << m.stray_writes
+      << " elements written outside valid rows (padding rows / stride gaps); first: " << first_stray.str() << "\n";
+  if (worst.err >= 0) {
+    f << (m.max_abs_err <= m.bound ? "" : "ERROR BAR EXCEEDED: ") << "max|out - exact| = " << m.max_abs_err
+      << (m.max_abs_err <= m.bound ? " <= " : " > ") << "bound " << m.bound << " (= 2*" << m.emul_max_abs_err
+      << " + 2 ulp_bf16(" << m.max_abs_exact << "))\n  worst at batch " << worst.b << ", row " << worst.r << ", head "
+      << worst.h << ", col " << worst.col << ": out=" << worst.out << " exact=" << worst.exact
+      << " emulation=" << worst.emulation << "\n";
+  }
+  f << "  rel RMS " << 100 * m.rel_rms << "% (emulation " << 100 * m.emul_rel_rms << "%), " << m.checked_elements
+    << " elements checked\n";
+  if (c.lse) {
+    if (m.lse_mismatches)
+      f << m.lse_mismatches << " LSE entries with the wrong finiteness; first at " << first_lse_mismatch.str() << "\n";
+    if (worst_lse.err >= 0)
+      f << (m.lse_max_abs_err <= m.lse_bound ? "" : "LSE BAR EXCEEDED: ") << "max|lse - exact| = " << m.lse_max_abs_err
+        << " vs bound " << m.lse_bound << "; worst at batch " << worst_lse.b << ", row " << worst_lse.r << ", head "
+        << worst_lse.h << ": lse=" << worst_lse.out << " exact=" << worst_lse.exact
+        << " emulation=" << worst_lse.emulation << "\n";
+  }
+  f << "  case: " << c.describe();
+  m.failure = f.str();
+  return m;
+}
+
+void expect_case_passes(const Case& c, Metrics* metrics) {
+  Problem problem(c);
+  const fp8attn::Status status = problem.run();
+  if (status.code() == StatusCode::kNotCompiled) GTEST_SKIP() << "kernel not in this build: " << status.message();
+  if (status.code() == StatusCode::kNotSupported && (c.kv == KvLayout::kPaged || c.num_splits > 1))
+    GTEST_SKIP() << "not implemented yet: " << status.message();
+  ASSERT_TRUE(status.ok()) << "fp8attn::fwd returned " << static_cast<int>(status.code()) << ": " << status.message()
+                           << "\n  case: " << c.describe();
+  const Metrics m = problem.check(problem.download());
+  std::printf(
+      "[  metrics ] max_err %.3g <= %.3g (%.0f%% of the bar)  rel_rms %.3f%% (emulation %.3f%%)  lse_err %.2g\n",
+      m.max_abs_err, m.bound, m.bound > 0 ? 100 * m.max_abs_err / m.bound : 0.0, 100 * m.rel_rms, 100 * m.emul_rel_rms,
+      m.lse_max_abs_err);
+  if (metrics) *metrics = m;
+  EXPECT_TRUE(m.passed) << m.failure;
+}
+
+}  // namespace fp8attn_test

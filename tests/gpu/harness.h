@@ -1,0 +1,173 @@
+// fp8attn GPU test harness: one forward call described by a Case, run on the device and judged against the
+// CPU references by SPEC §3.
+//
+//   Case c = ...;                    // shapes, layout, masks, descales, sink, output, seed
+//   expect_case_passes(c);           // gtest: skip if its kernel is not built, else fail with the worst element
+//
+// or, step by step (API tests):
+//   Problem p(c);                    // fresh seeded inputs in host memory and on the device
+//   p.run(stream);                   // poison out/lse/workspace on `stream`, then fp8attn::fwd on `stream`
+//   Output o = p.download(stream);   // copy out/lse back (synchronizes `stream` only)
+//   Metrics m = p.check(o);          // run the two references once, compare, explain a failure
+//
+// What a Problem lays out (so that a kernel that reads or writes out of bounds is caught):
+//   - Every byte of q/k/v that is not an input element is an E4M3 NaN (0x7F): padding rows of varlen q,
+//     key rows past a sequence's used length, stride gaps, unused pages. None of them may reach the output.
+//   - out is filled with 0xFF bytes (NaN in fp16 and bf16) and lse with NaN before each run: every element
+//     of a valid row must be overwritten, and nothing else (padding rows, stride gaps) may be.
+//   - Paged K/V: the pages of all sequences are shuffled over the cache, spare pages stay NaN, and block
+//     table entries past a sequence's last page (and the padding of each table row) hold kInvalidPage.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fp8attn/fp8attn.h"
+#include "fp8attn/reference.h"
+
+namespace fp8attn_test {
+
+// Block-table filler past each sequence's last page: a page id far beyond any cache, so that a kernel that
+// reads the table past ceil(seqused_k / page_size) faults or reads garbage instead of passing by luck.
+constexpr int32_t kInvalidPage = 2147480000;
+
+// Where K/V rows live.
+enum class KvLayout {
+  kDense,   // [batch, seqlen_k, heads_kv, d]; with seqused_k, rows past a sequence's length are NaN
+  kVarlen,  // [total_k, heads_kv, d] packed by cu_seqlens_k (needs varlen_q, as in vLLM's contract)
+  kPaged,   // [num_pages, page_size, heads_kv, d] through a block table, lengths from seqused_k
+};
+
+// How each of q_descale / k_descale / v_descale is passed (SPEC §1: read in place, never copied).
+enum class DescaleForm {
+  kNone,            // NULL: 1.0
+  kScalar,          // 0-d tensor
+  kPerBatchHead,    // (batch, heads_kv), contiguous
+  kBroadcastAll,    // (batch, heads_kv) view with strides (0, 0): one value
+  kBroadcastBatch,  // (batch, heads_kv) view with strides (0, 1): one value per kv head
+};
+
+enum class SinkType { kNone, kF32, kBF16 };
+
+struct Case {
+  // ---- shape ----
+  int batch = 1;
+  std::vector<int> seqlens_q;  // query rows of each sequence (dense q: all equal)
+  std::vector<int> seqlens_k;  // keys each sequence attends over (its seqused_k when that is passed)
+  int heads_q = 4;
+  int heads_kv = 4;
+  int head_dim = 128;
+  int head_dim_v = 128;
+
+  // ---- layout ----
+  bool varlen_q = false;  // cu_seqlens_q; otherwise dense q [batch, seqlen_q, ...]
+  KvLayout kv = KvLayout::kDense;
+  bool seqused_k = false;    // pass seqused_k (kDense); forced for kPaged, refused for kVarlen
+  int spare_k_rows = 0;      // kDense with seqused_k: NaN rows allocated past the longest sequence
+  int spare_q_rows = 0;      // varlen q: NaN rows after the last sequence; out/lse there stay unwritten
+  int extra_max_seqlen = 0;  // max_seqlen_q/k bounds exceed the real maxima (CUDA-graph style); varlen/paged
+  int page_size = 0;         // kPaged: tokens per page (a multiple of 16)
+  int spare_pages = 3;       // kPaged: NaN pages no sequence uses
+  bool strided = false;      // padded head/row/batch strides everywhere, K and V as views of one
+                             // interleaved cache [units, 2, rows, heads_kv, max(d, dv) + 16]
+
+  // ---- attention ----
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+  DescaleForm descale_q = DescaleForm::kNone;
+  DescaleForm descale_k = DescaleForm::kNone;
+  DescaleForm descale_v = DescaleForm::kNone;
+  SinkType sink = SinkType::kNone;
+  fp8attn_dtype out_dtype = FP8ATTN_DTYPE_BF16;
+  bool lse = true;
+  int num_splits = 0;  // 0: the library's heuristic
+
+  // ---- inputs: q, k ~ N(0, qk_std^2), v ~ N(v_mean, v_std^2), each rounded to E4M3 ----
+  float qk_std = 1.0f;
+  float v_mean = 0.0f;
+  float v_std = 1.0f;
+  uint64_t seed = 1;
+
+  // Everything above on one line, for failure messages.
+  std::string describe() const;
+};
+
+// One kernel output, as raw bytes in the device layout (so that bit-exact comparisons are possible).
+struct Output {
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> lse;  // empty when the case asks for no LSE
+};
+
+// SPEC §3 judgement of one run.
+struct Metrics {
+  bool passed = false;
+  double max_abs_err = 0;       // max |out - exact| over valid elements
+  double emul_max_abs_err = 0;  // max |emulation - exact|
+  double max_abs_exact = 0;
+  double bound = 0;    // 2 * emul_max_abs_err + 2 ulp_bf16(max_abs_exact)
+  double rel_rms = 0;  // sqrt(sum (out - exact)^2 / sum exact^2)
+  double emul_rel_rms = 0;
+  double lse_max_abs_err = 0;  // over entries where the exact LSE is finite
+  double emul_lse_max_abs_err = 0;
+  double lse_bound = 0;  // 2 * emul_lse_max_abs_err + 1e-3
+  int64_t checked_elements = 0;
+  int64_t nonfinite = 0;       // valid out elements left NaN or written non-finite
+  int64_t stray_writes = 0;    // out/lse elements outside valid rows that changed
+  int64_t lse_mismatches = 0;  // LSE non-finite where it must be finite, or finite where it must be -inf
+  std::string failure;         // empty when passed: what failed, where, and the case
+};
+
+// One forward call: inputs on host and device, the references, and the comparison.
+class Problem {
+ public:
+  explicit Problem(const Case& c);
+  ~Problem();
+  Problem(const Problem&) = delete;
+  Problem& operator=(const Problem&) = delete;
+
+  const Case& description() const { return case_; }
+  // The device-side params of this call (a copy may be altered to make bad calls).
+  const fp8attn_fwd_params& params() const { return device_params_; }
+  // Changes only the output dtype: the same inputs, and the same references, serve both.
+  void set_out_dtype(fp8attn_dtype dtype);
+
+  // Fills out and lse with NaN bytes and the workspace with 0xFF, asynchronously on `stream`.
+  void poison(cudaStream_t stream) const;
+  // fp8attn::fwd on `stream` (no poisoning, no synchronization).
+  fp8attn::Status launch(cudaStream_t stream) const;
+  // poison(stream), then launch(stream).
+  fp8attn::Status run(cudaStream_t stream = nullptr) const;
+  // Copies out and lse back on `stream` and waits for that stream only.
+  Output download(cudaStream_t stream = nullptr) const;
+  // SPEC §3 against the fp64 reference and the kernel-precision emulation (computed on first use).
+  Metrics check(const Output& output);
+  // True when every out/lse byte still holds the poison (nothing was written).
+  static bool untouched(const Output& output);
+
+ private:
+  struct Buffers;
+  void compute_references();
+
+  Case case_;
+  std::unique_ptr<Buffers> buffers_;
+  fp8attn_fwd_params host_params_{};
+  fp8attn_fwd_params device_params_{};
+  bool have_references_ = false;
+  fp8attn::ref::Result exact_;
+  fp8attn::ref::Result emulation_;
+};
+
+// The whole check for one case, reported through gtest. Skips when the case's kernel is not in this build
+// (kNotCompiled), or when it uses paged K/V or num_splits > 1 and the library answers kNotSupported
+// (features that arrive in later issues); otherwise fails with Metrics::failure. Prints one metrics line.
+void expect_case_passes(const Case& c, Metrics* metrics = nullptr);
+
+// "f16" / "bf16" and so on, for test names and messages.
+const char* dtype_label(fp8attn_dtype dtype);
+
+}  // namespace fp8attn_test

@@ -1,0 +1,311 @@
+// fp8attn GPU tests: runtime behaviour of fp8attn::fwd on a device.
+//   - A bad argument comes back as a named validation error, with nothing launched and no CUDA error left.
+//   - The stream argument is honoured: the work waits behind earlier work on that stream and on nothing else,
+//     and fwd() itself never blocks on it.
+//   - Two runs of the same call are bit-identical.
+//   - Output is written exactly where the call says and nowhere else.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+namespace fp8attn_test {
+namespace {
+
+using fp8attn::StatusCode;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return s;
+}
+
+// A small valid varlen call with every optional input present, to break one argument at a time.
+Case valid_call() {
+  Case c;
+  c.batch = 2;
+  c.seqlens_q = {17, 5};
+  c.seqlens_k = {40, 239};
+  c.varlen_q = true;
+  c.spare_q_rows = 3;
+  c.kv = KvLayout::kVarlen;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.head_dim = c.head_dim_v = 128;
+  c.causal = true;
+  c.descale_q = c.descale_k = c.descale_v = DescaleForm::kPerBatchHead;
+  c.sink = SinkType::kF32;
+  c.seed = 42;
+  return c;
+}
+
+struct BadCall {
+  const char* name;
+  void (*mutate)(fp8attn_fwd_params* p);
+  std::vector<StatusCode> codes;  // any of these is right
+  const char* names;              // the message must mention this (lower case)
+};
+
+const BadCall kBadCalls[] = {
+    {"softcap", [](fp8attn_fwd_params* p) { p->softcap = 30.0f; }, {StatusCode::kNotSupported}, "softcap"},
+    {"qv", [](fp8attn_fwd_params* p) { p->qv = p->q; }, {StatusCode::kNotSupported}, "qv"},
+    {"block_sparsity",
+     [](fp8attn_fwd_params* p) { p->block_sparsity = p->q; },
+     {StatusCode::kNotSupported},
+     "block_sparsity"},
+    {"e5m2",
+     [](fp8attn_fwd_params* p) { p->q_dtype = p->k_dtype = p->v_dtype = FP8ATTN_DTYPE_E5M2; },
+     {StatusCode::kNotSupported},
+     "e5m2"},
+    {"mixed_dtypes",
+     [](fp8attn_fwd_params* p) { p->v_dtype = FP8ATTN_DTYPE_E5M2; },
+     {StatusCode::kNotSupported},
+     "mixed"},
+    {"q_not_fp8",
+     [](fp8attn_fwd_params* p) { p->q_dtype = FP8ATTN_DTYPE_BF16; },
+     {StatusCode::kNotSupported, StatusCode::kInvalidArgument},
+     "q"},
+    {"out_dtype_f32",
+     [](fp8attn_fwd_params* p) { p->out_dtype = FP8ATTN_DTYPE_F32; },
+     {StatusCode::kNotSupported, StatusCode::kInvalidArgument},
+     "out_dtype"},
+    {"head_dim_80",
+     [](fp8attn_fwd_params* p) { p->head_dim = p->head_dim_v = 80; },
+     {StatusCode::kNotSupported, StatusCode::kInvalidArgument},
+     "head_dim"},
+    {"heads_not_multiple",
+     [](fp8attn_fwd_params* p) { p->num_heads_kv = 3; },
+     {StatusCode::kInvalidArgument},
+     "num_heads"},
+    {"batch_zero", [](fp8attn_fwd_params* p) { p->batch = 0; }, {StatusCode::kInvalidArgument}, "batch"},
+    {"softmax_scale_unset",
+     [](fp8attn_fwd_params* p) { p->softmax_scale = 0.0f; },
+     {StatusCode::kInvalidArgument},
+     "softmax_scale"},
+    {"window_left_below_minus_one",
+     [](fp8attn_fwd_params* p) { p->window_left = -2; },
+     {StatusCode::kInvalidArgument},
+     "window"},
+    {"causal_with_right_window",
+     [](fp8attn_fwd_params* p) { p->window_right = 5; },
+     {StatusCode::kInvalidArgument},
+     "window"},
+    {"q_null", [](fp8attn_fwd_params* p) { p->q = nullptr; }, {StatusCode::kInvalidArgument}, "q"},
+    {"out_null", [](fp8attn_fwd_params* p) { p->out = nullptr; }, {StatusCode::kInvalidArgument}, "out"},
+    {"q_head_stride_unaligned",
+     [](fp8attn_fwd_params* p) { p->q_head_stride += 1; },
+     {StatusCode::kInvalidArgument},
+     "q_head_stride"},
+    {"out_heads_alias",
+     [](fp8attn_fwd_params* p) { p->o_head_stride = 0; },
+     {StatusCode::kInvalidArgument},
+     "o_head_stride"},
+    {"descale_wrong_shape",
+     [](fp8attn_fwd_params* p) { p->q_descale.size[0] += 1; },
+     {StatusCode::kInvalidArgument},
+     "q_descale"},
+    {"descale_not_f32",
+     [](fp8attn_fwd_params* p) { p->k_descale.dtype = FP8ATTN_DTYPE_BF16; },
+     {StatusCode::kNotSupported, StatusCode::kInvalidArgument},
+     "k_descale"},
+    {"sink_f16",
+     [](fp8attn_fwd_params* p) { p->sink_dtype = FP8ATTN_DTYPE_F16; },
+     {StatusCode::kNotSupported, StatusCode::kInvalidArgument},
+     "sink"},
+    {"both_cu_seqlens_k_and_seqused_k",
+     [](fp8attn_fwd_params* p) { p->seqused_k = p->cu_seqlens_k; },
+     {StatusCode::kInvalidArgument},
+     "seqused_k"},
+    {"num_splits_negative",
+     [](fp8attn_fwd_params* p) { p->num_splits = -1; },
+     {StatusCode::kInvalidArgument},
+     "num_splits"},
+    {"everything_unset",
+     [](fp8attn_fwd_params* p) { fp8attn_fwd_params_init(p); },
+     {StatusCode::kInvalidArgument, StatusCode::kNotSupported},
+     ""},
+};
+
+void PrintTo(const BadCall& bad, std::ostream* os) { *os << bad.name; }
+
+class FwdBadArgument : public ::testing::TestWithParam<BadCall> {};
+
+TEST_P(FwdBadArgument, IsRefusedByNameWithoutLaunching) {
+  const BadCall& bad = GetParam();
+  Problem problem(valid_call());
+  problem.poison(nullptr);
+  fp8attn_fwd_params params = problem.params();
+  bad.mutate(&params);
+
+  const fp8attn::Status status = fp8attn::fwd(params, nullptr);
+  EXPECT_NE(std::find(bad.codes.begin(), bad.codes.end(), status.code()), bad.codes.end())
+      << "got code " << static_cast<int>(status.code()) << ": " << status.message();
+  EXPECT_FALSE(status.message().empty());
+  EXPECT_NE(lower(status.message()).find(bad.names), std::string::npos)
+      << "the message should name '" << bad.names << "': " << status.message();
+
+  // Nothing ran: the poison is intact and the runtime holds no error.
+  const Output output = problem.download(nullptr);
+  EXPECT_TRUE(Problem::untouched(output)) << "a refused call wrote to out or lse";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+INSTANTIATE_TEST_SUITE_P(Api, FwdBadArgument, ::testing::ValuesIn(kBadCalls),
+                         [](const ::testing::TestParamInfo<BadCall>& info) { return std::string(info.param.name); });
+
+// Holds a stream at one point until opened: a host function enqueued on the stream waits on the gate. A
+// watchdog opens it after `timeout` so that the test cannot hang (for instance when fwd() waits on its own
+// stream); opened_by_watchdog() tells whether that happened.
+class StreamGate {
+ public:
+  explicit StreamGate(std::chrono::seconds timeout)
+      : watchdog_([this, timeout] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (!cv_.wait_for(lock, timeout, [&] { return open_; })) by_watchdog_ = true;
+          open_ = true;
+          cv_.notify_all();
+        }) {}
+  ~StreamGate() {
+    open();
+    watchdog_.join();
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  bool opened_by_watchdog() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return by_watchdog_;
+  }
+  static void CUDART_CB wait(void* gate) {
+    auto* self = static_cast<StreamGate*>(gate);
+    std::unique_lock<std::mutex> lock(self->mutex_);
+    self->cv_.wait(lock, [&] { return self->open_; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  bool by_watchdog_ = false;
+  std::thread watchdog_;  // declared last: it starts once the members it uses exist
+};
+
+TEST(FwdStream, RunsOnTheGivenStreamOnly) {
+  Case c = valid_call();
+  c.seqlens_k = {1025, 239};  // long enough for a split-KV heuristic to split, so a combine step is covered
+  Problem problem(c);
+  cudaStream_t stream = nullptr, probe = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&probe, cudaStreamNonBlocking), cudaSuccess);
+  problem.poison(stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+
+  // Block `stream`, then enqueue the call behind the block.
+  StreamGate gate(std::chrono::seconds(20));
+  ASSERT_EQ(cudaLaunchHostFunc(stream, StreamGate::wait, &gate), cudaSuccess);
+  const fp8attn::Status status = problem.launch(stream);
+  const bool returned_while_blocked = !gate.opened_by_watchdog();
+  // Work enqueued anywhere else (the legacy or per-thread default stream) completes now; ours must not have.
+  const cudaError_t legacy_sync = cudaStreamSynchronize(nullptr);
+  const cudaError_t per_thread_sync = cudaStreamSynchronize(cudaStreamPerThread);
+  const Output while_blocked = problem.download(probe);
+
+  gate.open();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const Output after = problem.download(stream);
+  cudaStreamDestroy(probe);
+  cudaStreamDestroy(stream);
+
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_TRUE(returned_while_blocked) << "fwd() did not return while its stream was blocked: it synchronizes";
+  EXPECT_EQ(legacy_sync, cudaSuccess);
+  EXPECT_EQ(per_thread_sync, cudaSuccess);
+  EXPECT_TRUE(Problem::untouched(while_blocked)) << "output was written before the stream reached the call: the "
+                                                    "work ran on another stream";
+  const Metrics m = problem.check(after);
+  EXPECT_TRUE(m.passed) << m.failure;
+}
+
+// Bit-identical results from two runs of one call.
+void expect_deterministic(const Case& c) {
+  Problem problem(c);
+  const fp8attn::Status first_status = problem.run();
+  if (first_status.code() == StatusCode::kNotCompiled) GTEST_SKIP() << first_status.message();
+  ASSERT_TRUE(first_status.ok()) << first_status.message();
+  const Output first = problem.download();
+  ASSERT_TRUE(problem.run().ok());
+  const Output second = problem.download();
+  ASSERT_FALSE(Problem::untouched(first));
+  size_t differing = 0;
+  for (size_t i = 0; i < first.out.size(); ++i) differing += first.out[i] != second.out[i];
+  for (size_t i = 0; i < first.lse.size(); ++i) differing += first.lse[i] != second.lse[i];
+  EXPECT_EQ(differing, 0u) << "bytes that differ between two identical runs\n  case: " << c.describe();
+}
+
+TEST(FwdDeterminism, PrefillTwoRunsBitIdentical) {
+  Case c;
+  c.batch = 2;
+  c.seqlens_q = {1025, 1025};
+  c.seqlens_k = {1025, 1025};
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.causal = true;
+  c.seed = 43;
+  expect_deterministic(c);
+}
+
+TEST(FwdDeterminism, DecodeWithHeuristicSplitsTwoRunsBitIdentical) {
+  Case c;
+  c.batch = 4;
+  c.seqlens_q = {1, 1, 1, 1};
+  c.seqlens_k = {4000, 1025, 17, 2500};
+  c.varlen_q = true;
+  c.kv = KvLayout::kVarlen;
+  c.heads_q = 32;
+  c.heads_kv = 4;
+  c.head_dim = c.head_dim_v = 64;
+  c.sink = SinkType::kF32;
+  c.seed = 44;
+  expect_deterministic(c);
+}
+
+// Padding rows of varlen q, stride gaps of out, LSE gaps: all must keep their poison.
+TEST(FwdOutput, WrittenOnlyWhereExpected) {
+  Case c;
+  c.batch = 3;
+  c.seqlens_q = {17, 1, 113};
+  c.seqlens_k = {17, 239, 50};
+  c.varlen_q = true;
+  c.spare_q_rows = 19;
+  c.kv = KvLayout::kVarlen;
+  c.spare_k_rows = 16;
+  c.strided = true;
+  c.heads_q = 4;
+  c.heads_kv = 1;
+  c.window_left = 37;
+  c.window_right = 11;
+  c.seed = 45;
+  Problem problem(c);
+  const fp8attn::Status status = problem.run();
+  if (status.code() == StatusCode::kNotCompiled) GTEST_SKIP() << status.message();
+  ASSERT_TRUE(status.ok()) << status.message();
+  const Metrics m = problem.check(problem.download());
+  EXPECT_EQ(m.stray_writes, 0) << "elements written outside the valid rows";
+  EXPECT_EQ(m.nonfinite, 0) << "valid elements left unwritten or non-finite";
+  EXPECT_EQ(m.lse_mismatches, 0) << "LSE entries unwritten or of the wrong finiteness";
+  EXPECT_TRUE(m.passed) << m.failure;
+}
+
+}  // namespace
+}  // namespace fp8attn_test

@@ -1,0 +1,131 @@
+// fp8attn GPU tests: long-KV accuracy with one split (SPEC §3, the design's two-level accumulation table).
+//
+// FP8 WGMMA accumulates with ~13 mantissa bits; without two-level PV accumulation the output of a
+// nonzero-mean V shrinks as keys grow (0.77% / 10.4% / 34.7% / 71.0% relative RMS at 1k / 8k / 32k / 128k
+// keys in the design). With it the design reports 0.17% / 0.15% / 0.13% / 0.12%, and SPEC §3 makes those
+// the limits for us.
+//
+// Measurement choices, and why:
+//   - One sequence, one head, 128 query rows, d = dv = 128, num_splits = 1, V = 0.5 + 0.25 N(0,1) in E4M3.
+//   - The asserted run writes fp16. bf16 output alone costs 0.12-0.18% relative RMS here: the outputs sit
+//     at 0.5, where the bf16 step changes from 2^-9 to 2^-8, and rounding the fp64 reference itself to bf16
+//     scores ~0.18% at 1k keys and 0.12-0.14% at 128k (seed-dependent), at or above the limits. A bf16 run
+//     cannot tell a good kernel from a bad one by these numbers; it is still made and reported, and held to
+//     the SPEC §3 per-element bar.
+//   - q, k ~ N(0, 0.5^2). With N(0, 1) the kernel-precision emulation itself (P rounded to E4M3) scores
+//     0.153-0.175% at 1k keys depending on the seed, straddling the 0.17% limit; at 0.5 it scores ~0.13%.
+//     A kernel without two-level accumulation still fails by far (its error grows with the key count).
+// A table is printed at the end; with FP8ATTN_RESULTS_DIR set it is also written as long_kv_accuracy.json.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace fp8attn_test {
+namespace {
+
+struct LongKvLimit {
+  int keys;
+  double max_rel_rms_pct;  // SPEC §3
+};
+
+constexpr LongKvLimit kLimits[] = {{1024, 0.17}, {8192, 0.15}, {32768, 0.13}, {131072, 0.12}};
+
+struct LongKvResult {
+  int keys = 0;
+  double limit_pct = 0;
+  double rel_rms_pct = 0;            // fp16 output: the asserted number
+  double emulation_rel_rms_pct = 0;  // the kernel-precision emulation on the same inputs
+  double bf16_rel_rms_pct = 0;       // bf16 output, reported only
+};
+
+std::string device_name() {
+  int device = 0;
+  cudaDeviceProp prop;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "unknown";
+  return prop.name;
+}
+
+class LongKv : public ::testing::TestWithParam<LongKvLimit> {
+ protected:
+  static void TearDownTestSuite() {
+    if (results_.empty()) return;
+    std::printf("\nLong-KV accuracy, one split, mean-0.5 V (relative RMS vs fp64)\n");
+    std::printf("%8s  %10s  %10s  %10s  %10s\n", "keys", "fp16 out", "limit", "emulation", "bf16 out");
+    for (const LongKvResult& r : results_)
+      std::printf("%8d  %9.3f%%  %9.2f%%  %9.3f%%  %9.3f%%\n", r.keys, r.rel_rms_pct, r.limit_pct,
+                  r.emulation_rel_rms_pct, r.bf16_rel_rms_pct);
+    write_json();
+    results_.clear();
+  }
+
+  static inline std::vector<LongKvResult> results_;
+
+ private:
+  static void write_json() {
+    const char* dir = std::getenv("FP8ATTN_RESULTS_DIR");
+    if (dir == nullptr || *dir == '\0') return;
+    const std::string path = std::string(dir) + "/long_kv_accuracy.json";
+    std::ofstream out(path);
+    out << "{\"rows\":[";
+    for (size_t i = 0; i < results_.size(); ++i) {
+      const LongKvResult& r = results_[i];
+      out << (i ? "," : "") << "{\"keys\":" << r.keys << ",\"two_level\":true,\"rel_rms_pct\":" << r.rel_rms_pct
+          << ",\"out_dtype\":\"f16\",\"limit_pct\":" << r.limit_pct
+          << ",\"emulation_rel_rms_pct\":" << r.emulation_rel_rms_pct
+          << ",\"bf16_out_rel_rms_pct\":" << r.bf16_rel_rms_pct << "}";
+    }
+    out << "],\"gpu\":\"" << device_name() << "\"}\n";
+    if (!out) ADD_FAILURE() << "could not write " << path;
+  }
+};
+
+TEST_P(LongKv, RelativeRmsWithinDesignLimit) {
+  const LongKvLimit limit = GetParam();
+  Case c;
+  c.batch = 1;
+  c.seqlens_q = {128};
+  c.seqlens_k = {limit.keys};
+  c.heads_q = c.heads_kv = 1;
+  c.head_dim = c.head_dim_v = 128;
+  c.num_splits = 1;
+  c.qk_std = 0.5f;
+  c.v_mean = 0.5f;
+  c.v_std = 0.25f;
+  c.out_dtype = FP8ATTN_DTYPE_F16;
+  c.seed = 9000 + limit.keys;
+
+  Problem problem(c);
+  const fp8attn::Status status = problem.run();
+  if (status.code() == fp8attn::StatusCode::kNotCompiled) GTEST_SKIP() << status.message();
+  ASSERT_TRUE(status.ok()) << status.message();
+  const Metrics f16 = problem.check(problem.download());
+
+  problem.set_out_dtype(FP8ATTN_DTYPE_BF16);
+  const fp8attn::Status bf16_status = problem.run();
+  ASSERT_TRUE(bf16_status.ok()) << bf16_status.message();
+  const Metrics bf16 = problem.check(problem.download());
+
+  results_.push_back(
+      {limit.keys, limit.max_rel_rms_pct, 100 * f16.rel_rms, 100 * f16.emul_rel_rms, 100 * bf16.rel_rms});
+  EXPECT_LE(100 * f16.rel_rms, limit.max_rel_rms_pct)
+      << "relative RMS vs fp64 with fp16 output at " << limit.keys << " keys (emulation " << 100 * f16.emul_rel_rms
+      << "%): the output of a mean-0.5 V drifts as keys grow; is two-level PV accumulation on?\n  case: "
+      << c.describe();
+  EXPECT_TRUE(f16.passed) << f16.failure;
+  EXPECT_TRUE(bf16.passed) << bf16.failure;
+}
+
+INSTANTIATE_TEST_SUITE_P(OneSplit, LongKv, ::testing::ValuesIn(kLimits),
+                         [](const ::testing::TestParamInfo<LongKvLimit>& info) {
+                           return "keys" + std::to_string(info.param.keys);
+                         });
+
+}  // namespace
+}  // namespace fp8attn_test

@@ -1,0 +1,193 @@
+"""Torch reference for FP8 attention, and the SPEC §3 accuracy check.
+
+Two references per call, both on the same FP8 inputs with the descales applied:
+  * ``ref``:  exact attention in float64 (what the kernel approximates);
+  * ``emul``: the kernel's own precision: P = exp(s - rowmax) scaled by 2^8 and rounded to E4M3 before
+    the PV product (fp32), then normalised and rounded to the output dtype.
+A kernel passes when max|out - ref| <= 2 * max|emul - ref| + 2 ulp_bf16(max|ref|).
+
+Everything is computed on the inputs' device (float64 on a GPU is fast enough and keeps the GPU tests
+short); results stay there.
+
+Masks follow FlashAttention: causal and windows are bottom-right aligned, i.e. query row i of Sq sees
+key j of Sk when  i + Sk - Sq - left <= j <= i + Sk - Sq + right  (an unbounded side is -1; causal
+means right = 0). The sink (s_aux) adds exp(sink[h]) to the softmax denominator and nothing to the
+numerator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+P_OFFSET = 256.0  # the kernel's 2^8 exponent bias on P before the E4M3 cast
+
+
+def descale_table(t: Optional[Tensor], batch: int, num_heads_kv: int, device: torch.device) -> Tensor:
+    """A descale argument (None, 1-element, [Hkv] or (B, Hkv) with any strides) as a dense fp64 [B, Hkv]."""
+    if t is None:
+        return torch.ones(batch, num_heads_kv, dtype=torch.float64, device=device)
+    t = t.detach().to(device, torch.float64)
+    if t.numel() == 1:
+        return t.reshape(1, 1).expand(batch, num_heads_kv).clone()
+    return t.expand(batch, num_heads_kv).clone()
+
+
+def decode_fp8(x: Tensor) -> Tensor:
+    """FP8 → float64 (exact: every E4M3 value is representable)."""
+    return x.detach().float().double()
+
+
+def visible_mask(seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[int, int],
+                 device: Optional[torch.device] = None) -> Tensor:
+    """[Sq, Sk] bool: which keys each query row sees (bottom-right aligned)."""
+    left, right = window
+    if causal:
+        right = 0
+    row = torch.arange(seqlen_q, device=device).unsqueeze(1) + (seqlen_k - seqlen_q)
+    col = torch.arange(seqlen_k, device=device).unsqueeze(0)
+    mask = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if right >= 0:
+        mask &= col <= row + right
+    if left >= 0:
+        mask &= col >= row - left
+    return mask
+
+
+@dataclass
+class Reference:
+    out: Tensor   # [Sq, Hq, dv] float64
+    lse: Tensor   # [Hq, Sq] float64, natural log; -inf for a row with no key and no sink
+    emul: Tensor  # [Sq, Hq, dv] in the output dtype, at the kernel's precision
+
+
+def attention_one(
+    q: Tensor, k: Tensor, v: Tensor, *, q_descale: Tensor, k_descale: Tensor, v_descale: Tensor,
+    softmax_scale: float, causal: bool, window: tuple[int, int], sink: Optional[Tensor], out_dtype: torch.dtype,
+) -> Reference:
+    """One sequence. q [Sq, Hq, d], k [Sk, Hkv, d], v [Sk, Hkv, dv] FP8; descales [Hkv] fp64 for this
+    sequence; sink [Hq] or None."""
+    seqlen_q, num_heads_q, _ = q.shape
+    seqlen_k, num_heads_kv, head_dim_v = v.shape
+    group = num_heads_q // num_heads_kv
+    qf = decode_fp8(q) * q_descale.repeat_interleave(group)[None, :, None]
+    kf = (decode_fp8(k) * k_descale[None, :, None]).repeat_interleave(group, dim=1)
+    vf = (decode_fp8(v) * v_descale[None, :, None]).repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", qf, kf) * softmax_scale  # [Hq, Sq, Sk]
+    mask = visible_mask(seqlen_q, seqlen_k, causal, window, device=scores.device)
+    scores = scores.masked_fill(~mask, float("-inf"))
+
+    logits = scores
+    if sink is not None:
+        sink_col = sink.detach().to(scores.device, torch.float64).reshape(num_heads_q, 1, 1).expand(-1, seqlen_q, 1)
+        logits = torch.cat([scores, sink_col], dim=-1)
+    lse = torch.logsumexp(logits, dim=-1)  # [Hq, Sq]
+    empty = torch.isneginf(lse)
+    probs = torch.exp(scores - lse.unsqueeze(-1)).masked_fill(empty.unsqueeze(-1), 0.0)
+    out = torch.einsum("hqk,khd->qhd", probs, vf)
+
+    # Kernel precision: fp32 scores, P biased by 2^8 and rounded to E4M3 unnormalised, fp32 PV.
+    s32 = scores.float()
+    if seqlen_k:
+        row_max = s32.amax(dim=-1, keepdim=True)
+    else:
+        row_max = torch.full((num_heads_q, seqlen_q, 1), float("-inf"), device=scores.device)
+    row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
+    p32 = torch.exp(s32 - row_max)
+    denom = p32.sum(dim=-1, keepdim=True)
+    if sink is not None:
+        denom = denom + torch.exp(sink.detach().to(scores.device, torch.float32).reshape(num_heads_q, 1, 1) - row_max)
+    p8 = (p32 * P_OFFSET).to(torch.float8_e4m3fn).float()
+    emul = torch.einsum("hqk,khd->qhd", p8, vf.float())
+    emul = emul / (P_OFFSET * denom.clamp(min=torch.finfo(torch.float32).tiny)).permute(1, 0, 2)
+    return Reference(out=out, lse=lse, emul=emul.to(out_dtype))
+
+
+def gather_keys(cache: Tensor, block_table_row: Tensor, seqlen: int) -> Tensor:
+    """The first ``seqlen`` rows of one sequence from a paged cache [num_pages, page, Hkv, d]."""
+    page_size = cache.shape[1]
+    pages = block_table_row[: (seqlen + page_size - 1) // page_size].long()
+    # Gather as bytes: indexing is defined for every dtype that way, FP8 included.
+    rows = cache.view(torch.uint8)[pages].reshape(-1, *cache.shape[2:])[:seqlen]
+    return rows.view(cache.dtype)
+
+
+def varlen_reference(
+    q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, *, cu_seqlens_k: Optional[Tensor] = None,
+    seqused_k: Optional[Tensor] = None, block_table: Optional[Tensor] = None, q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None, softmax_scale: float,
+    causal: bool, window: tuple[int, int] = (-1, -1), sink: Optional[Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> Reference:
+    """The varlen call of flash_attn_varlen_func: q [total_q, Hq, d]; k/v paged (block_table, seqused_k)
+    or varlen (cu_seqlens_k, optionally seqused_k). Returns out/emul [total_q, Hq, dv], lse [Hq, total_q]."""
+    cu_q = cu_seqlens_q.tolist()
+    batch = len(cu_q) - 1
+    num_heads_kv = k.shape[-2]
+    qd, kd, vd = (descale_table(t, batch, num_heads_kv, q.device) for t in (q_descale, k_descale, v_descale))
+    used = seqused_k.tolist() if seqused_k is not None else None
+    cu_k = cu_seqlens_k.tolist() if cu_seqlens_k is not None else None
+    outs, lses, emuls = [], [], []
+    for b in range(batch):
+        qb = q[cu_q[b]:cu_q[b + 1]]
+        if block_table is not None:
+            kb = gather_keys(k, block_table[b], used[b])
+            vb = gather_keys(v, block_table[b], used[b])
+        else:
+            length = used[b] if used is not None else cu_k[b + 1] - cu_k[b]
+            kb, vb = k[cu_k[b]:cu_k[b] + length], v[cu_k[b]:cu_k[b] + length]
+        r = attention_one(qb, kb, vb, q_descale=qd[b], k_descale=kd[b], v_descale=vd[b],
+                          softmax_scale=softmax_scale, causal=causal, window=window, sink=sink, out_dtype=out_dtype)
+        outs.append(r.out)
+        lses.append(r.lse)
+        emuls.append(r.emul)
+    return Reference(out=torch.cat(outs), lse=torch.cat(lses, dim=1), emul=torch.cat(emuls))
+
+
+def ulp_bf16(x: float) -> float:
+    """The spacing of bfloat16 numbers at magnitude x (8 significant bits)."""
+    exponent = torch.frexp(torch.tensor(max(abs(x), 2.0 ** -126), dtype=torch.float64)).exponent.item()
+    return 2.0 ** (exponent - 8)
+
+
+def check_output(out: Tensor, ref: Reference, what: str) -> dict[str, float]:
+    """Asserts SPEC §3's bar on ``out`` (any shape matching ref.out) and returns the error figures.
+
+    NaN/inf are reported separately from the numeric error (a NaN means an unwritten or out-of-bounds
+    element, not a rounding problem), and a failure names the worst element.
+    """
+    got = out.detach().to(ref.out.device, torch.float64)
+    assert got.shape == ref.out.shape, f"{what}: shape {tuple(got.shape)} vs reference {tuple(ref.out.shape)}"
+    bad = ~torch.isfinite(got)
+    assert not bad.any(), (f"{what}: {int(bad.sum())} non-finite outputs, first at "
+                           f"{tuple(bad.nonzero()[0].tolist())}")
+    err = (got - ref.out).abs()
+    emul_err = (ref.emul.double() - ref.out).abs().max().item() if ref.out.numel() else 0.0
+    ref_max = ref.out.abs().max().item() if ref.out.numel() else 0.0
+    bound = 2 * emul_err + 2 * ulp_bf16(ref_max)
+    max_err = err.max().item() if err.numel() else 0.0
+    ref_rms = ref.out.pow(2).mean().sqrt().item() if ref.out.numel() else 0.0
+    rel_rms = ((got - ref.out).pow(2).mean().sqrt().item() / ref_rms) if ref_rms else 0.0
+    if max_err > bound:
+        worst = tuple(torch.nonzero(err == err.max())[0].tolist())
+        raise AssertionError(
+            f"{what}: max|out-ref| = {max_err:.3g} at {worst} (out {got[worst].item():.5g}, ref "
+            f"{ref.out[worst].item():.5g}) exceeds 2*max|emul-ref| + 2 ulp = {bound:.3g} "
+            f"(emul err {emul_err:.3g}); relative RMS error {rel_rms:.3%}")
+    return {"max_err": max_err, "bound": bound, "emul_err": emul_err, "rel_rms": rel_rms}
+
+
+def check_lse(lse: Tensor, ref_lse: Tensor, what: str, atol: float = 2e-3) -> None:
+    """LSE: -inf exactly where the reference has no key (and no sink), else within atol (+1e-4 relative)."""
+    got = lse.detach().to(ref_lse.device, torch.float64)
+    assert got.shape == ref_lse.shape, f"{what}: lse shape {tuple(got.shape)} vs {tuple(ref_lse.shape)}"
+    empty = torch.isneginf(ref_lse)
+    assert torch.equal(torch.isneginf(got), empty), f"{what}: lse -inf pattern differs from the reference"
+    finite = ~empty
+    assert torch.isfinite(got[finite]).all(), f"{what}: non-finite lse on rows that have keys"
+    diff = (got[finite] - ref_lse[finite]).abs()
+    limit = atol + 1e-4 * ref_lse[finite].abs()
+    assert (diff <= limit).all(), f"{what}: max |lse - ref| = {diff.max().item():.3g}"

@@ -1,0 +1,78 @@
+"""Argument rules of the Python API that need no torch (fp8attn._args)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fp8attn import _args
+
+
+def test_accepts_vllm_defaults() -> None:
+    _args.reject_unsupported(dropout_p=0.0, softcap=0.0, alibi_slopes=None, q_v=None, return_attn_probs=False,
+                             cp_world_size=1)
+    _args.reject_unsupported(softcap=None)
+
+
+@pytest.mark.parametrize("kwargs,word", [
+    ({"dropout_p": 0.1}, "dropout"),
+    ({"softcap": 30.0}, "softcap"),
+    ({"alibi_slopes": object()}, "alibi"),
+    ({"q_v": object()}, "q_v"),
+    ({"return_attn_probs": True}, "return_attn_probs"),
+    ({"cp_world_size": 2}, "context parallelism"),
+])
+def test_rejects_unsupported_features_by_name(kwargs: dict, word: str) -> None:
+    with pytest.raises(NotImplementedError, match=word):
+        _args.reject_unsupported(**kwargs)
+
+
+@pytest.mark.parametrize("window,causal,expected", [
+    (None, False, (-1, -1)),
+    (None, True, (-1, 0)),
+    ((-1, -1), False, (-1, -1)),
+    ([-1, -1], True, (-1, 0)),
+    ((1023, 0), True, (1023, 0)),      # vLLM's sliding window: (w - 1, 0)
+    ((127, 0), False, (127, 0)),
+    ((64, 32), False, (64, 32)),
+    ((64, 32), True, (64, 0)),        # causal wins on the right side, as in FlashAttention
+    ((-5, 3), False, (-1, 3)),
+])
+def test_normalize_window(window: object, causal: bool, expected: tuple[int, int]) -> None:
+    assert _args.normalize_window(window, causal) == expected
+
+
+def test_normalize_window_rejects_bad_length() -> None:
+    with pytest.raises(ValueError, match="window_size"):
+        _args.normalize_window((1, 2, 3), False)
+
+
+@pytest.mark.parametrize("cu,used,table,ok", [
+    (True, False, False, True),
+    (False, True, False, True),
+    (False, True, True, True),
+    (True, True, False, False),
+    (False, False, False, False),
+    (True, False, True, False),
+])
+def test_kv_length_args(cu: bool, used: bool, table: bool, ok: bool) -> None:
+    if ok:
+        _args.check_kv_length_args(cu, used, table)
+    else:
+        with pytest.raises(ValueError):
+            _args.check_kv_length_args(cu, used, table)
+
+
+def test_resolve_out_dtype() -> None:
+    assert _args.resolve_out_dtype(None, None, "bf16") == "bf16"
+    assert _args.resolve_out_dtype(None, "fp16", "bf16") == "fp16"
+    assert _args.resolve_out_dtype("fp16", None, "bf16") == "fp16"
+    assert _args.resolve_out_dtype("fp16", "fp16", "bf16") == "fp16"
+    with pytest.raises(ValueError, match="out_dtype"):
+        _args.resolve_out_dtype("fp16", "bf16", "bf16")
+
+
+def test_default_softmax_scale() -> None:
+    assert _args.default_softmax_scale(None, 128) == pytest.approx(1 / math.sqrt(128))
+    assert _args.default_softmax_scale(0.5, 128) == 0.5

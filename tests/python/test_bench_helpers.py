@@ -1,0 +1,58 @@
+"""The benchmarks' arithmetic and file lookup (no GPU): HBM floor bytes, windows, TFLOP counts, tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import bench_common  # noqa: E402
+import bench_decode  # noqa: E402
+import bench_prefill  # noqa: E402
+
+
+def _shape(**overrides: object) -> dict:
+    shape = {"name": "s", "q_heads": 16, "kv_heads": 2, "d": 128, "requests": 8, "q_tokens": 1, "context": 32768,
+             "window_left": -1}
+    shape.update(overrides)
+    return shape
+
+
+def test_visible_keys_is_the_union_of_the_rows_windows() -> None:
+    assert bench_decode.visible_keys(_shape()) == 32768
+    # 4 query rows at the end of a 28k context, window 1024 (left 1023): keys [ctx-4-1023, ctx-1].
+    assert bench_decode.visible_keys(_shape(context=28672, q_tokens=4, window_left=1023)) == 1027
+    assert bench_decode.visible_keys(_shape(context=100, q_tokens=4, window_left=1023)) == 100
+
+
+def test_floor_bytes() -> None:
+    kv, total = bench_decode.bytes_needed(_shape())
+    assert kv == 2 * 8 * 32768 * 2 * 128  # llama3.1-70b tp4 8x1 32k: 134 MB of FP8 K and V
+    assert total == kv + 8 * 16 * 128 * 3  # + FP8 q and bf16 out
+
+
+def test_shapes_file_lookup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    target = tmp_path / "shapes.json"
+    target.write_text(json.dumps({"shapes": []}))
+    monkeypatch.setenv("FP8ATTN_DECODE_SHAPES", str(target))
+    assert bench_decode.shapes_path() == target
+    monkeypatch.setenv("FP8ATTN_DECODE_SHAPES", str(tmp_path / "missing.json"))
+    with pytest.raises(SystemExit, match="not a file"):
+        bench_decode.shapes_path()
+
+
+def test_prefill_tflops() -> None:
+    # 4 * 16384^2 * 128 * 16 heads * 1 batch = 2.2e15 FLOP in 1 s -> 2199 TFLOP/s; causal counts half.
+    assert bench_prefill.tflops(16384, 128, 16, 1, False, 1000.0) == pytest.approx(2.199, rel=1e-3)
+    assert bench_prefill.tflops(16384, 128, 16, 1, True, 1000.0) == pytest.approx(2.199 / 2, rel=1e-3)
+
+
+def test_table_and_geomean() -> None:
+    text = bench_common.format_table(["a", "bb"], [[1, 2.34567], [None, "x"]])
+    assert text.splitlines() == ["a     bb", "-  -----", "1  2.346", "-      x"]
+    assert bench_common.geomean([2.0, 8.0]) == pytest.approx(4.0)

@@ -1,0 +1,332 @@
+"""End-to-end tests of the Python API on an SM90 GPU against tests/python/reference.py (SPEC §3).
+
+Every call gets fresh seeded data, a NaN-poisoned ``out`` (and, for vLLM-style calls, an out that is a
+slice of a larger NaN buffer, to catch writes past the end), and, for paged K/V, a shuffled block table
+whose unused pages and unused table entries are NaN pages. Page tails past a sequence's length hold
+finite garbage (±448): a key read there would change the result, but it must not be NaN, because a
+masked key still enters the PV product as 0 × V and 0 × NaN is NaN; vLLM's page tails hold stale finite
+values, never NaN.
+
+A case whose kernel is not in this build (FP8ATTN_HEAD_DIMS) is skipped, not failed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fp8attn  # noqa: E402
+import reference  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+E4M3 = torch.float8_e4m3fn
+NAN_E4M3_BYTE = 0x7F   # S.1111.111: NaN in float8_e4m3fn
+GARBAGE_E4M3 = 448.0   # the largest finite E4M3 value
+PAGE = 16
+CUDA = "cuda"
+
+
+def run(fn: Callable[[], Any]) -> Any:
+    """Runs fn, turning 'kernel not in this build' into a skip."""
+    try:
+        return fn()
+    except fp8attn.KernelNotCompiledError as err:
+        pytest.skip(str(err))
+
+
+def fp8_randn(*shape: int, scale: float = 1.0) -> "torch.Tensor":
+    return (torch.randn(*shape, device=CUDA) * scale).to(E4M3)
+
+
+def nan_like_out(shape: tuple[int, ...], dtype: "torch.dtype",
+                 extra_rows: int = 0) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """A NaN buffer with ``extra_rows`` spare leading-dim rows, and the view of its first shape[0] rows."""
+    buf = torch.full((shape[0] + extra_rows, *shape[1:]), float("nan"), dtype=dtype, device=CUDA)
+    return buf, buf[: shape[0]]
+
+
+@dataclass
+class PagedCache:
+    k: "torch.Tensor"             # [num_blocks, PAGE, Hkv, d] view of one cache tensor (kv_cache.unbind(0))
+    v: "torch.Tensor"
+    block_table: "torch.Tensor"   # [B, width] int32, a column-sliced view
+    seqused_k: "torch.Tensor"     # [B] int32
+
+
+def make_paged_cache(contexts: list[int], hkv: int, d: int, *, table_width: int, hnd: bool = False,
+                     spare_pages: int = 7, table_offset: int = 3) -> PagedCache:
+    """vLLM's cache: one tensor [2, num_blocks, PAGE, Hkv, d] (or HND-strided), pages shuffled, unused
+    pages NaN, unused table entries pointing at NaN pages, page tails finite garbage."""
+    pages_per_seq = [math.ceil(c / PAGE) for c in contexts]
+    num_blocks = sum(pages_per_seq) + spare_pages
+    if hnd:
+        cache = torch.empty(2, num_blocks, hkv, PAGE, d, dtype=E4M3, device=CUDA).permute(0, 1, 3, 2, 4)
+    else:
+        cache = torch.empty(2, num_blocks, PAGE, hkv, d, dtype=E4M3, device=CUDA)
+    # Written through a byte view: same-size dtype views work on any strides, and indexed writes are
+    # defined for uint8 on every torch version (not for FP8 on all of them).
+    cache_bytes = cache.view(torch.uint8)
+    cache_bytes.fill_(NAN_E4M3_BYTE)
+    order = torch.randperm(num_blocks, device=CUDA).to(torch.int32)
+    data_pages, nan_pages = order[: sum(pages_per_seq)], order[sum(pages_per_seq):]
+    table_full = nan_pages[torch.randint(len(nan_pages), (len(contexts), table_width + table_offset), device=CUDA)]
+    start = 0
+    for b, (ctx, n) in enumerate(zip(contexts, pages_per_seq)):
+        pages = data_pages[start:start + n]
+        start += n
+        table_full[b, table_offset:table_offset + n] = pages
+        for kv in range(2):
+            rows = torch.full((n * PAGE, hkv, d), GARBAGE_E4M3, device=CUDA)
+            rows[torch.arange(n * PAGE, device=CUDA) % 2 == 1] *= -1
+            rows[:ctx] = torch.randn(ctx, hkv, d, device=CUDA)
+            cache_bytes[kv][pages.long()] = rows.to(E4M3).view(torch.uint8).view(n, PAGE, hkv, d)
+    k, v = cache.unbind(0)
+    seqused = torch.tensor(contexts, dtype=torch.int32, device=CUDA)
+    return PagedCache(k=k, v=v, block_table=table_full[:, table_offset:], seqused_k=seqused)
+
+
+def cu_seqlens(lengths: list[int]) -> "torch.Tensor":
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=CUDA)
+
+
+def descales(kind: str, batch: int, hkv: int) -> Optional["torch.Tensor"]:
+    """Descale forms: vLLM's expand()ed per-tensor (0,0) and per-head (0,1) views, 0-d, dense (B,Hkv), None."""
+    if kind == "none":
+        return None
+    if kind == "scalar":
+        return torch.rand((), device=CUDA) + 0.5
+    if kind == "expand00":
+        return (torch.rand(1, device=CUDA) + 0.5).expand(batch, hkv)
+    if kind == "expand01":
+        return (torch.rand(hkv, device=CUDA) + 0.5).expand(batch, hkv)
+    if kind == "dense":
+        return torch.rand(batch, hkv, device=CUDA) + 0.5
+    if kind == "transposed":
+        return (torch.rand(hkv, batch, device=CUDA) + 0.5).t()
+    raise ValueError(kind)
+
+
+def vllm_decode(*, d: int, hq: int, hkv: int, q_tokens: int, contexts: list[int], window_left: int,
+                q_descale: str = "expand00", k_descale: str = "expand01", v_descale: str = "expand00",
+                sink_dtype: Optional["torch.dtype"] = torch.float32, out_dtype: "torch.dtype" = torch.bfloat16,
+                num_splits: int = 0, max_seqlen_k: Optional[int] = None, hnd: bool = False) -> None:
+    """One vLLM decode step (FlashAttentionImpl.forward's call) checked against the reference."""
+    contexts = [max(c, q_tokens) for c in contexts]  # a request's context includes its new tokens
+    batch = len(contexts)
+    max_seqlen_k = max_seqlen_k or max(contexts)
+    cache = make_paged_cache(contexts, hkv, d, table_width=math.ceil(max_seqlen_k / PAGE), hnd=hnd)
+    total_q = batch * q_tokens
+    q = fp8_randn(total_q, hq, d)
+    cu_q = cu_seqlens([q_tokens] * batch)
+    qs, ks, vs = (descales(kind, batch, hkv) for kind in (q_descale, k_descale, v_descale))
+    sink = torch.randn(hq, device=CUDA).to(sink_dtype) if sink_dtype is not None else None
+    buf, out = nan_like_out((total_q, hq, d), out_dtype, extra_rows=5)
+    window = (window_left, 0)
+    result, lse = run(lambda: fp8attn.flash_attn_varlen_func(
+        q=q, k=cache.k, v=cache.v, out=out, cu_seqlens_q=cu_q, max_seqlen_q=q_tokens, seqused_k=cache.seqused_k,
+        max_seqlen_k=max_seqlen_k, softmax_scale=d ** -0.5, causal=True, window_size=window,
+        block_table=cache.block_table, softcap=0.0, return_softmax_lse=True, scheduler_metadata=None,
+        q_descale=qs, k_descale=ks, v_descale=vs, num_splits=num_splits, s_aux=sink))
+    torch.cuda.synchronize()
+    assert result is out
+    assert torch.isnan(buf[total_q:].float()).all(), "rows past out's end were written"
+    ref = reference.varlen_reference(q, cache.k, cache.v, cu_q, seqused_k=cache.seqused_k,
+                                     block_table=cache.block_table, q_descale=qs, k_descale=ks, v_descale=vs,
+                                     softmax_scale=d ** -0.5, causal=True, window=window, sink=sink,
+                                     out_dtype=out_dtype)
+    reference.check_output(out, ref, f"paged decode d={d} hq={hq} hkv={hkv} q_tokens={q_tokens}")
+    reference.check_lse(lse, ref.lse, "paged decode lse")
+
+
+CONTEXTS = [1, 17, 239, 1025, 640, 3001]
+
+
+@pytest.mark.parametrize("window_left", [-1, 63])
+@pytest.mark.parametrize("q_tokens", [1, 4])
+@pytest.mark.parametrize("hq,hkv", [(32, 8), (8, 4), (16, 1)])
+@pytest.mark.parametrize("d", [64, 96, 128, 192, 256])
+def test_vllm_paged_decode(d: int, hq: int, hkv: int, q_tokens: int, window_left: int) -> None:
+    vllm_decode(d=d, hq=hq, hkv=hkv, q_tokens=q_tokens, contexts=CONTEXTS, window_left=window_left)
+
+
+@pytest.mark.parametrize("q_descale,k_descale,v_descale", [
+    ("expand00", "expand00", "expand00"), ("expand01", "expand01", "expand01"), ("none", "none", "none"),
+    ("scalar", "dense", "transposed"), ("transposed", "scalar", "none")])
+def test_vllm_paged_decode_descales(q_descale: str, k_descale: str, v_descale: str) -> None:
+    vllm_decode(d=128, hq=32, hkv=8, q_tokens=1, contexts=CONTEXTS, window_left=-1, q_descale=q_descale,
+                k_descale=k_descale, v_descale=v_descale)
+
+
+@pytest.mark.parametrize("sink_dtype", [None, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+def test_vllm_paged_decode_sink_and_out_dtype(sink_dtype: Any, out_dtype: Any) -> None:
+    vllm_decode(d=128, hq=32, hkv=8, q_tokens=2, contexts=CONTEXTS, window_left=127, sink_dtype=sink_dtype,
+                out_dtype=out_dtype)
+
+
+@pytest.mark.parametrize("num_splits", [0, 1, 3, 16])
+@pytest.mark.parametrize("hnd", [False, True])
+def test_vllm_paged_decode_splits_graph_bound_and_hnd(num_splits: int, hnd: bool) -> None:
+    # max_seqlen_k = 32768 as under vLLM's CUDA-graph capture, far above the real lengths.
+    vllm_decode(d=128, hq=32, hkv=8, q_tokens=1, contexts=[5, 3000, 77, 16 * 64], window_left=-1,
+                num_splits=num_splits, max_seqlen_k=32768, hnd=hnd)
+
+
+PREFILL_LENGTHS = [(1, 1), (3, 1025), (17, 5), (0, 9), (239, 239), (128, 300), (64, 0), (1025, 1025)]
+
+
+@pytest.mark.parametrize("causal,window", [(False, (-1, -1)), (True, (-1, -1)), (True, (100, 0)), (False, (64, 64))])
+@pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)])
+def test_varlen_prefill(d: int, dv: int, causal: bool, window: tuple[int, int]) -> None:
+    hq, hkv = 8, 2
+    lens_q = [lq for lq, _ in PREFILL_LENGTHS]
+    lens_k = [lk for _, lk in PREFILL_LENGTHS]
+    total_q, total_k = sum(lens_q), sum(lens_k)
+    q = fp8_randn(total_q, hq, d)
+    # K and V as strided views of one packed [total_k, 2, Hkv, d] tensor (only the last dim is contiguous).
+    if d == dv:
+        kv = fp8_randn(total_k, 2, hkv, d)
+        k, v = kv[:, 0], kv[:, 1]
+    else:
+        k, v = fp8_randn(total_k, hkv, d), fp8_randn(total_k, hkv, dv)
+    cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
+    qs, ks, vs = (descales("dense", len(lens_q), hkv) for _ in range(3))
+    out, lse = run(lambda: fp8attn.flash_attn_varlen_func(
+        q, k, v, max(lens_q), cu_q, max(lens_k), cu_seqlens_k=cu_k, causal=causal, window_size=window,
+        q_descale=qs, k_descale=ks, v_descale=vs, return_softmax_lse=True))
+    torch.cuda.synchronize()
+    assert out.dtype == torch.bfloat16 and out.shape == (total_q, hq, dv)
+    ref = reference.varlen_reference(q, k, v, cu_q, cu_seqlens_k=cu_k, q_descale=qs, k_descale=ks, v_descale=vs,
+                                     softmax_scale=d ** -0.5, causal=causal, window=window)
+    reference.check_output(out, ref, f"varlen prefill d={d} dv={dv} causal={causal} window={window}")
+    reference.check_lse(lse, ref.lse, "varlen prefill lse")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_dense_flash_attn_func(causal: bool) -> None:
+    batch, seqlen_q, seqlen_k, hq, hkv, d = 3, 130, 257, 16, 4, 128
+    q, k, v = fp8_randn(batch, seqlen_q, hq, d), fp8_randn(batch, seqlen_k, hkv, d), fp8_randn(batch, seqlen_k, hkv, d)
+    ks = descales("expand01", batch, hkv)
+    _, out = nan_like_out((batch, seqlen_q, hq, d), torch.float16)
+    result, lse = run(lambda: fp8attn.flash_attn_func(q, k, v, causal=causal, k_descale=ks, out=out,
+                                                      return_softmax_lse=True))
+    torch.cuda.synchronize()
+    assert result is out and lse.shape == (batch, hq, seqlen_q)
+    for b in range(batch):
+        cu_q = torch.tensor([0, seqlen_q], dtype=torch.int32)
+        cu_k = torch.tensor([0, seqlen_k], dtype=torch.int32)
+        ref = reference.varlen_reference(q[b], k[b], v[b], cu_q, cu_seqlens_k=cu_k, k_descale=ks[b:b + 1],
+                                         softmax_scale=d ** -0.5, causal=causal, out_dtype=torch.float16)
+        reference.check_output(out[b], ref, f"dense batch {b}")
+        reference.check_lse(lse[b], ref.lse, f"dense lse batch {b}")
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_flash_attn_with_kvcache(paged: bool) -> None:
+    contexts, seqlen_q, hq, hkv, d = [50, 700, 4], 4, 16, 2, 128
+    batch = len(contexts)
+    q = fp8_randn(batch, seqlen_q, hq, d)
+    if paged:
+        cache = make_paged_cache(contexts, hkv, d, table_width=64)
+        k_cache, v_cache, table, used = cache.k, cache.v, cache.block_table, cache.seqused_k
+    else:
+        k_cache, v_cache = fp8_randn(batch, 800, hkv, d), fp8_randn(batch, 800, hkv, d)
+        table, used = None, torch.tensor(contexts, dtype=torch.int32, device=CUDA)
+    out = run(lambda: fp8attn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=used, block_table=table,
+                                                      causal=True))
+    torch.cuda.synchronize()
+    for b, ctx in enumerate(contexts):
+        keys = reference.gather_keys(k_cache, table[b], ctx) if paged else k_cache[b, :ctx]
+        values = reference.gather_keys(v_cache, table[b], ctx) if paged else v_cache[b, :ctx]
+        ones = torch.ones(hkv, dtype=torch.float64, device=CUDA)
+        ref = reference.attention_one(q[b], keys, values, q_descale=ones, k_descale=ones, v_descale=ones,
+                                      softmax_scale=d ** -0.5, causal=True, window=(-1, -1), sink=None,
+                                      out_dtype=torch.bfloat16)
+        reference.check_output(out[b], ref, f"kvcache batch {b}")
+
+
+def test_cuda_graph_replays_with_new_lengths_and_tables() -> None:
+    """Capture once with max_seqlen_k = 32768, then replay with other seqused_k / block tables / queries."""
+    batch, hq, hkv, d, max_seqlen_k, pool_pages = 8, 32, 8, 128, 32768, 8 * 200
+    width = max_seqlen_k // PAGE
+    cache = torch.empty(2, pool_pages + 16, PAGE, hkv, d, dtype=E4M3, device=CUDA)
+    cache.view(torch.uint8).fill_(NAN_E4M3_BYTE)
+    cache.view(torch.uint8)[:, :pool_pages] = fp8_randn(2, pool_pages, PAGE, hkv, d).view(torch.uint8)  # rest NaN
+    k, v = cache.unbind(0)
+    nan_page = pool_pages
+    q = torch.empty(batch, hq, d, dtype=E4M3, device=CUDA)
+    cu_q = cu_seqlens([1] * batch)
+    used = torch.empty(batch, dtype=torch.int32, device=CUDA)
+    table = torch.full((batch, width), nan_page, dtype=torch.int32, device=CUDA)
+    qs, ks, vs = descales("expand00", batch, hkv), descales("expand01", batch, hkv), descales("expand00", batch, hkv)
+    sink = torch.randn(hq, device=CUDA)
+    out = torch.empty(batch, hq, d, dtype=torch.bfloat16, device=CUDA)
+
+    def step() -> None:
+        fp8attn.flash_attn_varlen_func(q, k, v, 1, cu_q, max_seqlen_k, seqused_k=used, block_table=table,
+                                       causal=True, out=out, q_descale=qs, k_descale=ks, v_descale=vs, s_aux=sink)
+
+    def refill(contexts: list[int]) -> None:
+        q.copy_(fp8_randn(batch, hq, d))
+        used.copy_(torch.tensor(contexts, dtype=torch.int32))
+        table.fill_(nan_page)
+        pages = torch.randperm(pool_pages, device=CUDA).to(torch.int32)
+        start = 0
+        for b, ctx in enumerate(contexts):
+            n = math.ceil(ctx / PAGE)
+            table[b, :n] = pages[start:start + n]
+            start += n
+
+    refill([100] * batch)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run(step)  # warm-up outside capture (library load, lazy CUDA init)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+
+    lengths = [[1] * batch, [3000, 1, 17, 239, 1025, 2048, 16, 15],
+               [int(x) for x in torch.randint(1, 3200, (batch,))], [3199] * batch]
+    for replay, contexts in enumerate(lengths):
+        refill(contexts)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = reference.varlen_reference(q, k, v, cu_q, seqused_k=used, block_table=table, q_descale=qs,
+                                         k_descale=ks, v_descale=vs, softmax_scale=d ** -0.5, causal=True,
+                                         sink=sink)
+        reference.check_output(out, ref, f"graph replay {replay} contexts={contexts}")
+
+
+def test_torch_compile_fullgraph_matches_eager() -> None:
+    contexts, hq, hkv, d = [33, 1000, 7, 400], 32, 8, 128
+    batch = len(contexts)
+    cache = make_paged_cache(contexts, hkv, d, table_width=4096 // PAGE)  # covers max_seqlen_k below
+    q = fp8_randn(batch * 2, hq, d)
+    cu_q = cu_seqlens([2] * batch)
+    qs, ks, vs = (descales("expand00", batch, hkv) for _ in range(3))
+    sink = torch.randn(hq, device=CUDA)
+
+    def attention(q: Any, out: Any) -> Any:
+        result, lse = fp8attn.flash_attn_varlen_func(
+            q, cache.k, cache.v, 2, cu_q, 4096, seqused_k=cache.seqused_k, block_table=cache.block_table,
+            causal=True, window_size=(511, 0), out=out, q_descale=qs, k_descale=ks, v_descale=vs, s_aux=sink,
+            return_softmax_lse=True)
+        return result * 2, lse  # some work around the op for Inductor to fuse
+
+    eager_out = torch.empty(batch * 2, hq, d, dtype=torch.bfloat16, device=CUDA)
+    eager, eager_lse = run(lambda: attention(q, eager_out))
+    compiled_out = torch.full_like(eager_out, float("nan"))
+    compiled, compiled_lse = torch.compile(attention, fullgraph=True)(q, compiled_out)
+    torch.cuda.synchronize()
+    assert torch.equal(compiled, eager) and torch.equal(compiled_lse, eager_lse)
+    assert torch.equal(compiled_out, eager_out), "the compiled call did not write the caller's out"

@@ -1,0 +1,237 @@
+"""The torch layer without a GPU: params filled from vLLM-shaped (meta) tensors, argument checks, the fake
+implementation (shapes and dtypes under FakeTensorMode and torch.compile), and opcheck."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+import fp8attn  # noqa: E402
+from fp8attn import _lib, ops  # noqa: E402
+
+E4M3 = torch.float8_e4m3fn
+B, Q_TOKENS, HQ, HKV, D, PAGE, NUM_BLOCKS = 5, 2, 32, 8, 128, 16, 64
+MAX_PAGES, TABLE_OFFSET = 40, 3
+T = B * Q_TOKENS
+
+
+def vllm_decode_args(device: str, hnd: bool = False) -> dict[str, Any]:
+    """The arguments vLLM's FlashAttentionImpl passes for a decode step, as tensors on ``device``."""
+    if hnd:  # HND cache layout: physical [2, nb, Hkv, page, d], logical [2, nb, page, Hkv, d]
+        kv_cache = torch.empty(2, NUM_BLOCKS, HKV, PAGE, D, dtype=E4M3, device=device).permute(0, 1, 3, 2, 4)
+    else:
+        kv_cache = torch.empty(2, NUM_BLOCKS, PAGE, HKV, D, dtype=E4M3, device=device)
+    k, v = kv_cache.unbind(0)
+    table = torch.empty(B, MAX_PAGES, dtype=torch.int32, device=device)[:, TABLE_OFFSET:]  # column-sliced view
+    return dict(
+        q=torch.empty(T, HQ, D, dtype=E4M3, device=device), k=k, v=v,
+        out=torch.empty(2 * T, HQ, D, dtype=torch.bfloat16, device=device)[:T],  # output[:num_actual_tokens]
+        cu_seqlens_q=torch.empty(B + 1, dtype=torch.int32, device=device), max_seqlen_q=Q_TOKENS,
+        seqused_k=torch.empty(B, dtype=torch.int32, device=device), max_seqlen_k=32768,
+        softmax_scale=D ** -0.5, causal=True, window_size=(1023, 0), block_table=table,
+        q_descale=torch.empty(1, device=device).expand(B, HKV),     # per-tensor scale: strides (0, 0)
+        k_descale=torch.empty(HKV, device=device).expand(B, HKV),   # per-head scale: strides (0, 1)
+        v_descale=torch.empty((), device=device).expand(B, HKV),
+        num_splits=0, s_aux=torch.empty(HQ, dtype=torch.bfloat16, device=device),
+        scheduler_metadata=None, fa_version=3,
+    )
+
+
+def op_args(a: dict[str, Any], lse: Any = None) -> tuple:
+    """Positional arguments of torch.ops.fp8attn.fwd for the dict above."""
+    return (a["q"], a["k"], a["v"], a["out"], lse, a["cu_seqlens_q"], None, a["seqused_k"], a["block_table"],
+            a["q_descale"], a["k_descale"], a["v_descale"], a["s_aux"], a["max_seqlen_q"], a["max_seqlen_k"],
+            a["softmax_scale"], a["causal"], a["window_size"][0], a["window_size"][1], a["num_splits"])
+
+
+@pytest.mark.parametrize("hnd", [False, True])
+def test_fill_params_from_vllm_decode_call(hnd: bool) -> None:
+    a = vllm_decode_args("meta", hnd=hnd)
+    lse = torch.empty(HQ, T, device="meta")
+    params = _lib.FwdParams()
+    ops.fill_params(params, *op_args(a, lse))
+    assert (params.q_dtype, params.k_dtype, params.v_dtype) == (_lib.DTYPE_E4M3,) * 3
+    assert params.out_dtype == _lib.DTYPE_BF16
+    assert (params.q_row_stride, params.q_head_stride) == (HQ * D, D)
+    assert (params.o_row_stride, params.o_head_stride) == (HQ * D, D)
+    page_stride = PAGE * HKV * D
+    row, head = (D, PAGE * D) if hnd else (HKV * D, D)
+    for prefix in ("k", "v"):
+        strides = tuple(getattr(params, f"{prefix}_{s}_stride") for s in ("batch", "row", "head"))
+        assert strides == (page_stride, row, head), prefix
+    assert (params.lse_batch_stride, params.lse_head_stride) == (0, T)
+    assert (params.batch, params.seqlen_q, params.seqlen_k, params.total_q) == (B, Q_TOKENS, 32768, T)
+    assert (params.num_heads_q, params.num_heads_kv, params.head_dim, params.head_dim_v) == (HQ, HKV, D, D)
+    assert params.block_table_batch_stride == MAX_PAGES
+    assert params.max_pages_per_seq == MAX_PAGES - TABLE_OFFSET
+    assert (params.num_pages, params.page_size) == (NUM_BLOCKS, PAGE)
+    assert (params.causal, params.window_left, params.window_right) == (1, 1023, 0)
+    assert params.softmax_scale == pytest.approx(D ** -0.5)
+    for name, strides in (("q_descale", (0, 0)), ("k_descale", (0, 1)), ("v_descale", (0, 0))):
+        desc = getattr(params, name)
+        assert (desc.ndim, tuple(desc.size), desc.batch_stride, desc.head_stride) == (2, (B, HKV), *strides), name
+        assert desc.dtype == _lib.DTYPE_F32
+    assert params.sink_dtype == _lib.DTYPE_BF16
+    assert params.cu_seqlens_k is None and params.num_splits == 0
+
+
+@pytest.mark.parametrize("descale,expected", [
+    (lambda: torch.empty((), device="meta"), (0, 0, 0)),
+    (lambda: torch.empty(1, 1, device="meta"), (0, 0, 0)),
+    (lambda: torch.empty(HKV, device="meta"), (2, 0, 1)),
+    (lambda: torch.empty(HKV, B, device="meta").t(), (2, 1, B)),  # a transposed (B, Hkv) view
+])
+def test_descale_forms(descale: Any, expected: tuple[int, int, int]) -> None:
+    a = vllm_decode_args("meta")
+    a["k_descale"] = descale()
+    params = _lib.FwdParams()
+    ops.fill_params(params, *op_args(a))
+    desc = params.k_descale
+    assert (desc.ndim, desc.batch_stride, desc.head_stride) == expected
+    if desc.ndim == 2:
+        assert tuple(desc.size) == (B, HKV)
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    a = vllm_decode_args("meta")
+    a.update(changes)
+    return a
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: _with(k=torch.empty(NUM_BLOCKS, PAGE, HKV, D, 2, dtype=E4M3, device="meta")[..., 0]), "last dimension"),
+    (lambda: _with(q=torch.empty(T, HQ, D, dtype=torch.float8_e4m3fnuz, device="meta")), "does not take"),
+    (lambda: _with(q=torch.empty(B, 1, HQ, D, dtype=E4M3, device="meta")), r"q must be \[total_q"),
+    (lambda: _with(cu_seqlens_q=torch.empty(B + 1, dtype=torch.int64, device="meta")), "cu_seqlens_q"),
+    (lambda: _with(seqused_k=torch.empty(B, 2, dtype=torch.int32, device="meta")[:, 0]), "seqused_k"),
+    (lambda: _with(block_table=torch.empty(B, 8, dtype=torch.int64, device="meta")), "block_table"),
+    (lambda: _with(block_table=torch.empty(8, B, dtype=torch.int32, device="meta").t()), "block_table"),
+    (lambda: _with(out=torch.empty(T, HQ, D, dtype=torch.float32, device="meta")), "float16 or bfloat16"),
+    (lambda: _with(out=torch.empty(T, HQ, 64, dtype=torch.bfloat16, device="meta")), "out must have shape"),
+    (lambda: _with(k_descale=torch.empty(B, HKV, 2, device="meta")), "k_descale"),
+    (lambda: _with(s_aux=torch.empty(HQ, 2, device="meta")[:, 0]), "s_aux"),
+    (lambda: _with(seqused_k=torch.empty(B, dtype=torch.int32)), "is on cpu"),
+])
+def test_fill_params_rejects(make: Any, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ops.fill_params(_lib.FwdParams(), *op_args(make()))
+
+
+def test_fill_params_rejects_bad_lse() -> None:
+    a = vllm_decode_args("meta")
+    with pytest.raises(ValueError, match="lse must have shape"):
+        ops.fill_params(_lib.FwdParams(), *op_args(a, torch.empty(T, HQ, device="meta")))
+    with pytest.raises(ValueError, match="token stride"):
+        ops.fill_params(_lib.FwdParams(), *op_args(a, torch.empty(T, HQ, device="meta").t()))
+
+
+def _vllm_call(a: dict[str, Any], **extra: Any) -> Any:
+    """flash_attn_varlen_func with vLLM's keyword set (FlashAttentionImpl.forward); ``extra`` overrides."""
+    kwargs = dict(
+        q=a["q"], k=a["k"], v=a["v"], out=a["out"], cu_seqlens_q=a["cu_seqlens_q"], max_seqlen_q=a["max_seqlen_q"],
+        seqused_k=a["seqused_k"], max_seqlen_k=a["max_seqlen_k"], softmax_scale=a["softmax_scale"],
+        causal=a["causal"], window_size=a["window_size"], block_table=a["block_table"], softcap=0.0,
+        scheduler_metadata=a["scheduler_metadata"], fa_version=a["fa_version"], q_descale=a["q_descale"],
+        k_descale=a["k_descale"], v_descale=a["v_descale"], num_splits=a["num_splits"], s_aux=a["s_aux"])
+    kwargs.update(extra)
+    return fp8attn.flash_attn_varlen_func(**kwargs)
+
+
+def test_fake_vllm_call_writes_into_out() -> None:
+    with FakeTensorMode():
+        a = vllm_decode_args("cuda")
+        result = _vllm_call(a)
+        assert result is a["out"]
+        out, lse = _vllm_call(a, return_softmax_lse=True)
+        assert out is a["out"]
+        assert lse.shape == (HQ, T) and lse.dtype == torch.float32 and lse.device.type == "cuda"
+
+
+@pytest.mark.parametrize("out_dtype,expected", [(None, torch.bfloat16), (torch.float16, torch.float16)])
+def test_fake_allocates_out(out_dtype: Any, expected: Any) -> None:
+    with FakeTensorMode():
+        a = vllm_decode_args("cuda")
+        a["out"] = None
+        out = _vllm_call(a, out_dtype=out_dtype)
+        assert out.shape == (T, HQ, D) and out.dtype == expected
+
+
+def test_fake_rejects_mismatched_out_dtype() -> None:
+    with FakeTensorMode():
+        a = vllm_decode_args("cuda")
+        with pytest.raises(ValueError, match="out_dtype"):
+            _vllm_call(a, out_dtype=torch.float16)
+
+
+def test_fake_kvcache_and_dense() -> None:
+    with FakeTensorMode():
+        q = torch.empty(3, 4, HQ, D, dtype=E4M3, device="cuda")
+        cache = torch.empty(2, NUM_BLOCKS, PAGE, HKV, D, dtype=E4M3, device="cuda")
+        table = torch.empty(3, 10, dtype=torch.int32, device="cuda")
+        out, lse = fp8attn.flash_attn_with_kvcache(q, cache[0], cache[1], cache_seqlens=100, block_table=table,
+                                                   causal=True, return_softmax_lse=True)
+        assert out.shape == (3, 4, HQ, D) and out.dtype == torch.bfloat16
+        assert lse.shape == (3, HQ, 4) and lse.dtype == torch.float32
+        dense_k = torch.empty(3, 300, HKV, D, dtype=E4M3, device="cuda")
+        out = fp8attn.flash_attn_with_kvcache(q, dense_k, dense_k, out_dtype=torch.float16)
+        assert out.shape == (3, 4, HQ, D) and out.dtype == torch.float16
+        # (192, 128): out takes V's head dim.
+        q192 = torch.empty(2, 33, 16, 192, dtype=E4M3, device="cuda")
+        k192 = torch.empty(2, 65, 16, 192, dtype=E4M3, device="cuda")
+        v128 = torch.empty(2, 65, 16, 128, dtype=E4M3, device="cuda")
+        out, lse = fp8attn.flash_attn_func(q192, k192, v128, causal=True, return_softmax_lse=True)
+        assert out.shape == (2, 33, 16, 128) and lse.shape == (2, 16, 33)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    ({"softcap": 30.0}, NotImplementedError, "softcap"),
+    ({"dropout_p": 0.1}, NotImplementedError, "dropout"),
+    ({"alibi_slopes": torch.empty(HQ)}, NotImplementedError, "alibi"),
+    ({"return_attn_probs": True}, NotImplementedError, "return_attn_probs"),
+    ({"cp_world_size": 2}, NotImplementedError, "context parallelism"),
+    ({"cu_seqlens_k": torch.empty(B + 1, dtype=torch.int32)}, ValueError, "exactly one"),
+])
+def test_interface_rejects_before_launch(kwargs: dict[str, Any], exc: type, match: str) -> None:
+    a = vllm_decode_args("meta")
+    with pytest.raises(exc, match=match):
+        _vllm_call(a, **kwargs)
+
+
+def test_cpu_tensors_are_refused() -> None:
+    q = torch.zeros(2, 8, 2, 64).to(E4M3)
+    with pytest.raises(ValueError, match="CUDA device"):
+        fp8attn.flash_attn_func(q, q, q)
+
+
+def test_opcheck_on_meta() -> None:
+    a = vllm_decode_args("meta")
+    args = op_args(a, torch.empty(HQ, T, device="meta"))
+    torch.library.opcheck(torch.ops.fp8attn.fwd.default, args)
+
+
+def test_compile_fullgraph_traces_the_op() -> None:
+    graphs = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    def step(q: Any, k: Any, v: Any, out: Any, cu: Any, used: Any, table: Any, qs: Any, ks: Any, vs: Any,
+             sink: Any) -> Any:
+        return fp8attn.flash_attn_varlen_func(q, k, v, Q_TOKENS, cu, 32768, seqused_k=used, block_table=table,
+                                              causal=True, window_size=(1023, 0), out=out, q_descale=qs,
+                                              k_descale=ks, v_descale=vs, s_aux=sink, return_softmax_lse=True)
+
+    a = vllm_decode_args("meta")
+    args = (a["q"], a["k"], a["v"], a["out"], a["cu_seqlens_q"], a["seqused_k"], a["block_table"], a["q_descale"],
+            a["k_descale"], a["v_descale"], a["s_aux"])
+    out, lse = torch.compile(step, fullgraph=True, backend=backend)(*args)
+    assert out.shape == (T, HQ, D) and lse.shape == (HQ, T)
+    assert graphs and "fp8attn.fwd" in str(graphs[0].graph)
+    # And through AOT autograd's functionalization (what Inductor sees).
+    out, lse = torch.compile(step, fullgraph=True, backend="aot_eager")(*args)
+    assert out.shape == (T, HQ, D) and lse.dtype == torch.float32
