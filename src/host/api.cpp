@@ -6,8 +6,10 @@
 #include <string>
 
 #include "fp8attn/fp8attn.h"
+#include "host/api_internal.h"
 #include "host/config.h"
 #include "host/dispatch.h"
+#include "sm90/combine.h"
 
 namespace fp8attn {
 
@@ -18,20 +20,29 @@ Status cuda_status(cudaError_t err, const char* what) {
                                             cudaGetErrorString(err) + ")");
 }
 
-int64_t total_query_rows(const FwdParams& p) {
-  return p.cu_seqlens_q != nullptr ? int64_t(p.total_q) : int64_t(p.batch) * p.seqlen_q;
-}
-
-// Features the interface accepts but this version does not run yet; rejected by name, never ignored.
-Status check_implemented(const FwdParams& p, const KernelConfig& config) {
-  if (p.block_table != nullptr) {
-    return Status(StatusCode::kNotSupported, "block_table: paged K/V is not implemented in this version of fp8attn");
-  }
-  if (config.num_splits > 1) {
-    return Status(StatusCode::kNotSupported, "num_splits: expected 0 or 1, got " + std::to_string(p.num_splits) +
-                                                 " (split-KV is not implemented in this version of fp8attn)");
-  }
-  return Status::Ok();
+// The split-KV combine for a config with num_splits > 1; partials live in the workspace (fwd_launch.cuh).
+cudaError_t launch_split_combine(const FwdParams& p, const KernelConfig& config, cudaStream_t stream) {
+  sm90::CombineArgs c;
+  c.o_partial = static_cast<const float*>(p.workspace);
+  c.lse_partial = c.o_partial + int64_t(config.num_splits) * config.partial_rows * p.num_heads_q * p.head_dim_v;
+  c.num_splits = config.num_splits;
+  c.partial_rows = int(config.partial_rows);
+  c.num_heads_q = p.num_heads_q;
+  c.head_dim_v = p.head_dim_v;
+  c.batch = p.batch;
+  c.seqlen_q = p.seqlen_q;
+  c.cu_seqlens_q = p.cu_seqlens_q;
+  c.out = p.out;
+  c.out_is_bf16 = p.out_dtype == FP8ATTN_DTYPE_BF16;
+  c.o_batch_stride = p.o_batch_stride;
+  c.o_row_stride = p.o_row_stride;
+  c.o_head_stride = p.o_head_stride;
+  c.lse = p.lse;
+  c.lse_batch_stride = p.lse_batch_stride;
+  c.lse_head_stride = p.lse_head_stride;
+  c.sink = p.sink;
+  c.sink_is_bf16 = p.sink_dtype == FP8ATTN_DTYPE_BF16;
+  return sm90::launch_combine(c, stream);
 }
 
 }  // namespace
@@ -65,7 +76,7 @@ Status query_device(DeviceInfo* info) {
 
 size_t fwd_workspace_size(const FwdParams& params, const DeviceInfo& device) {
   const ProblemShape problem = describe_problem(params, device);
-  return split_workspace_bytes(problem, select_config(problem), total_query_rows(params));
+  return split_workspace_bytes(problem, select_config(problem));
 }
 
 size_t fwd_workspace_size(const FwdParams& params) {
@@ -80,17 +91,22 @@ Status fwd(const FwdParams& params, cudaStream_t stream) {
   if (!status.ok()) { return status; }
   status = validate_fwd(params, device);
   if (!status.ok()) { return status; }
-  const KernelConfig config = select_config(describe_problem(params, device));
-  status = check_implemented(params, config);
-  if (!status.ok()) { return status; }
+  return launch_with_config(params, select_config(describe_problem(params, device)), stream);
+}
+
+Status launch_with_config(const FwdParams& params, const KernelConfig& config, cudaStream_t stream) {
   const LaunchFn launch = find_launcher(config.key);
   if (launch == nullptr) {
     return Status(StatusCode::kNotCompiled, "no kernel for " + config.key.to_string() +
                                                 " in this build (it was configured with a FP8ATTN_HEAD_DIMS subset)");
   }
   if (config.grid_x == 0 || config.grid_y == 0 || config.grid_z == 0) { return Status::Ok(); }  // nothing to compute
-  const cudaError_t err = launch(params, config, stream);
+  cudaError_t err = launch(params, config, stream);
   if (err != cudaSuccess) { return cuda_status(err, "fp8attn forward launch"); }
+  if (config.num_splits > 1) {
+    err = launch_split_combine(params, config, stream);
+    if (err != cudaSuccess) { return cuda_status(err, "fp8attn split-KV combine launch"); }
+  }
   return Status::Ok();
 }
 

@@ -5,12 +5,13 @@
 #include <string>
 
 #include "fp8attn/fp8attn.h"
+#include "host/kernel_rules.h"
 
 namespace fp8attn {
 
 std::string KernelKey::to_string() const {
   return "d=" + std::to_string(head_dim) + " dv=" + std::to_string(head_dim_v) + " block_m=" + std::to_string(block_m) +
-         " block_n=" + std::to_string(block_n);
+         " block_n=" + std::to_string(block_n) + (two_level ? "" : " one_level");
 }
 
 ProblemShape describe_problem(const fp8attn_fwd_params& p, const DeviceInfo& device) {
@@ -18,6 +19,7 @@ ProblemShape describe_problem(const fp8attn_fwd_params& p, const DeviceInfo& dev
   s.batch = p.batch;
   s.max_seqlen_q = p.seqlen_q;
   s.max_seqlen_k = p.seqlen_k;
+  s.total_q = p.cu_seqlens_q != nullptr ? int64_t(p.total_q) : int64_t(p.batch) * p.seqlen_q;
   s.num_heads_q = p.num_heads_q;
   s.num_heads_kv = p.num_heads_kv;
   s.head_dim = p.head_dim;
@@ -34,12 +36,38 @@ ProblemShape describe_problem(const fp8attn_fwd_params& p, const DeviceInfo& dev
 
 namespace {
 
-// KV tile width per head dim. Shared memory is Q + 2 stages of (K, V as loaded, V^T); the tile
-// accumulator of two-level accumulation caps the register budget (docs/design.md).
-int block_n_for(int head_dim) {
-  if (head_dim <= 128) { return 128; }
-  if (head_dim <= 192) { return 96; }
-  return 64;
+int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+// Fraction of the rows of the M tiles that hold real rows.
+double m_tile_efficiency(int64_t rows, int block_m) {
+  return rows <= 0 ? 1.0 : double(rows) / (double(ceil_div(rows, block_m)) * block_m);
+}
+
+int block_m_for_rows(int64_t rows) { return rows <= 64 ? 64 : 128; }
+
+// KV blocks one query tile visits at most: the whole key range, or the window plus the tile's own span.
+int max_kv_blocks(const ProblemShape& p, int block_n, int block_m) {
+  int64_t keys = p.max_seqlen_k;
+  if (p.window_left >= 0) { keys = std::min<int64_t>(keys, int64_t(p.window_left) + block_m + block_n); }
+  return std::max(1, ceil_div(keys, block_n));
+}
+
+// Split count that best fills the CTA slots of the GPU (the FlashAttention rule): none when the grid already
+// fills 80% of a wave or the KV range is short; else the smallest count whose wave efficiency is within 85%
+// of the best, keeping at least one KV block per split.
+int split_heuristic(int64_t ctas, int kv_blocks, int slots) {
+  if (ctas >= int64_t(0.8 * slots) || kv_blocks <= 4) { return 1; }
+  const int max_splits = std::min({128, kv_blocks, slots});
+  auto efficiency = [&](int s) {
+    const int64_t work = ctas * s;
+    return double(work) / (double(ceil_div(work, slots)) * slots);
+  };
+  double best = 0;
+  for (int s = 1; s <= max_splits; ++s) { best = std::max(best, efficiency(s)); }
+  for (int s = 1; s <= max_splits; ++s) {
+    if (efficiency(s) >= 0.85 * best) { return s; }
+  }
+  return 1;
 }
 
 }  // namespace
@@ -48,29 +76,43 @@ KernelConfig select_config(const ProblemShape& problem) {
   KernelConfig c;
   c.key.head_dim = problem.head_dim;
   c.key.head_dim_v = problem.head_dim_v;
-  c.key.block_n = block_n_for(problem.head_dim);
-  c.pack_gqa = false;
+  c.key.block_n = block_n_for_head_dim(problem.head_dim);
+  const int group = std::max(1, problem.num_heads_q / std::max(1, problem.num_heads_kv));
+
+  // PackGQA puts the `group` q heads of a kv head in one tile: K/V are then read once per kv head, and short
+  // query tiles fill up. Pack when that raises the share of real rows in the M tiles (always for decode).
+  const int64_t rows_unpacked = problem.max_seqlen_q;
+  const int64_t rows_packed = rows_unpacked * group;
+  c.pack_gqa = group > 1 && m_tile_efficiency(rows_unpacked, block_m_for_rows(rows_unpacked)) <
+                                0.9 * m_tile_efficiency(rows_packed, block_m_for_rows(rows_packed));
+  const int64_t rows = c.pack_gqa ? rows_packed : rows_unpacked;
   // Short query tiles (decode, speculative decode) would leave a 128-row tile mostly padding: one MMA
   // warpgroup of 64 rows serves them.
-  const int rows_per_tile_head = problem.max_seqlen_q * (c.pack_gqa ? problem.num_heads_q / problem.num_heads_kv : 1);
-  c.key.block_m = rows_per_tile_head <= 64 ? 64 : 128;
+  c.key.block_m = block_m_for_rows(rows);
   c.num_mma_warpgroups = c.key.block_m / 64;
   c.stages = 2;
   c.pv_from_registers = true;
-  c.num_splits = std::max(1, problem.num_splits_requested);
-  c.ctas_per_sm = 1;
-  c.num_m_blocks = (rows_per_tile_head + c.key.block_m - 1) / c.key.block_m;
-  c.grid_x = static_cast<unsigned>(c.num_m_blocks);
-  c.grid_y = static_cast<unsigned>(problem.num_heads_q);
+  c.ctas_per_sm = ctas_per_sm_for(c.key.block_m, c.key.head_dim_v);
+  c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));
+  const int heads = c.pack_gqa ? problem.num_heads_kv : problem.num_heads_q;
+  const int64_t ctas = int64_t(c.num_m_blocks) * heads * problem.batch;
+  c.num_splits = problem.num_splits_requested > 0
+                     ? problem.num_splits_requested
+                     : split_heuristic(ctas, max_kv_blocks(problem, c.key.block_n, c.key.block_m),
+                                       problem.num_sms * c.ctas_per_sm);
+  c.partial_rows = problem.total_q;
+  c.grid_x = problem.max_seqlen_q > 0 ? static_cast<unsigned>(c.num_m_blocks) : 0u;
+  c.grid_y = static_cast<unsigned>(heads);
   c.grid_z = static_cast<unsigned>(problem.batch * c.num_splits);
   return c;
 }
 
-size_t split_workspace_bytes(const ProblemShape& problem, const KernelConfig& config, int64_t total_rows) {
+size_t split_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
   if (config.num_splits <= 1) { return 0; }
-  const size_t partial_o = size_t(config.num_splits) * size_t(total_rows) * size_t(problem.num_heads_q) *
+  const size_t partial_o = size_t(config.num_splits) * size_t(config.partial_rows) * size_t(problem.num_heads_q) *
                            size_t(problem.head_dim_v) * sizeof(float);
-  const size_t partial_lse = size_t(config.num_splits) * size_t(problem.num_heads_q) * size_t(total_rows) * sizeof(float);
+  const size_t partial_lse =
+      size_t(config.num_splits) * size_t(problem.num_heads_q) * size_t(config.partial_rows) * sizeof(float);
   return partial_o + partial_lse;
 }
 

@@ -21,8 +21,12 @@ struct KernelKey {
   int head_dim_v = 0;
   int block_m = 0;  // query rows per CTA: 64 per MMA warpgroup
   int block_n = 0;  // keys per KV tile
+  // Two-level PV accumulation (always, in what select_config picks); false only for the one declared
+  // single-level kernel that tests and benchmarks compare against.
+  bool two_level = true;
   bool operator==(const KernelKey& o) const {
-    return head_dim == o.head_dim && head_dim_v == o.head_dim_v && block_m == o.block_m && block_n == o.block_n;
+    return head_dim == o.head_dim && head_dim_v == o.head_dim_v && block_m == o.block_m && block_n == o.block_n &&
+           two_level == o.two_level;
   }
   std::string to_string() const;
 };
@@ -32,6 +36,7 @@ struct ProblemShape {
   int batch = 0;
   int max_seqlen_q = 0;  // dense seqlen_q or varlen max_seqlen_q
   int max_seqlen_k = 0;  // dense seqlen_k or varlen/paged max_seqlen_k (max_model_len under graphs)
+  int64_t total_q = 0;   // query rows: total_q (varlen) or batch * seqlen_q
   int num_heads_q = 0;
   int num_heads_kv = 0;
   int head_dim = 0;
@@ -54,6 +59,7 @@ struct KernelConfig {
   int num_splits = 1;
   int ctas_per_sm = 1;
   int num_m_blocks = 0;        // M tiles per (batch, head) — per (batch, kv head) when pack_gqa
+  int64_t partial_rows = 0;    // rows of the split-KV partial buffers (total_q or batch * seqlen_q)
   unsigned grid_x = 0, grid_y = 0, grid_z = 0;  // (m_blocks, heads, batch * splits)
 };
 
@@ -61,6 +67,6 @@ ProblemShape describe_problem(const fp8attn_fwd_params& params, const DeviceInfo
 KernelConfig select_config(const ProblemShape& problem);
 
 // Bytes of split-KV workspace for a config: fp32 partial O [splits, rows, heads, dv] + LSE [splits, heads, rows].
-size_t split_workspace_bytes(const ProblemShape& problem, const KernelConfig& config, int64_t total_rows);
+size_t split_workspace_bytes(const ProblemShape& problem, const KernelConfig& config);
 
 }  // namespace fp8attn

@@ -6,8 +6,8 @@
 
 namespace fp8attn {
 
-#define FP8ATTN_KERNEL(D, DV, BM, BN) \
-  cudaError_t FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN)(const fp8attn_fwd_params&, const KernelConfig&, cudaStream_t);
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL) \
+  cudaError_t FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL)(const fp8attn_fwd_params&, const KernelConfig&, cudaStream_t);
 #include "kernel_registry.inc"
 #undef FP8ATTN_KERNEL
 
@@ -19,13 +19,13 @@ struct CompiledKernel {
 };
 
 const CompiledKernel kCompiledKernels[] = {
-#define FP8ATTN_KERNEL(D, DV, BM, BN) {KernelKey{D, DV, BM, BN}, &FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN)},
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL) {KernelKey{D, DV, BM, BN, TL != 0}, &FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL)},
 #include "kernel_registry.inc"
 #undef FP8ATTN_KERNEL
 };
 
 const KernelKey kDeclaredKernels[] = {
-#define FP8ATTN_KERNEL(D, DV, BM, BN) KernelKey{D, DV, BM, BN},
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL) KernelKey{D, DV, BM, BN, TL != 0},
 #include "kernel_list_all.inc"
 #undef FP8ATTN_KERNEL
 };

@@ -10,7 +10,7 @@ namespace fp8attn {
 
 using LaunchFn = cudaError_t (*)(const fp8attn_fwd_params&, const KernelConfig&, cudaStream_t);
 
-#define FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN) launch_fwd_d##D##_dv##DV##_m##BM##_n##BN
+#define FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL) launch_fwd_d##D##_dv##DV##_m##BM##_n##BN##_tl##TL
 
 // The launcher for `key`, or nullptr when this build does not contain it.
 LaunchFn find_launcher(const KernelKey& key);

@@ -19,7 +19,7 @@
 namespace fp8attn::sm90 {
 
 template <class Traits, class Params>
-__global__ void __launch_bounds__(Traits::kNumThreads, 1) fwd_kernel(const __grid_constant__ Params params) {
+__global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_kernel(const __grid_constant__ Params params) {
   using SharedStorage = typename Traits::SharedStorage;
   using PipelineK = typename Traits::PipelineK;
   using PipelineVLoad = typename Traits::PipelineVLoad;
@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1) fwd_kernel(const __gri
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
-    smem.barrier_q.init(/*arrive_count=*/1);
+    // TMA: one arrival plus the transaction bytes; PackGQA gather: every producer thread arrives.
+    smem.barrier_q.init(args.pack_gqa ? Traits::kNumProducerThreads : 1);
   }
 
   // Barriers are initialised by warp 0 inside the pipeline constructors.
@@ -67,23 +68,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1) fwd_kernel(const __gri
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  const TileCoord tile = SingleTileScheduler::tile();
+  const TileCoord tile = SingleTileScheduler::tile(args.num_splits);
   const SeqInfo seq(args, tile.batch);
-  if (tile.m_block * kBlockM >= seq.seqlen_q) { return; }  // the whole CTA agrees: no barrier is left waiting
+  const int group = args.pack_gqa ? args.qheads_per_kvhead : 1;  // tile rows per query position
+  // The whole CTA agrees, so no barrier is left waiting.
+  if (tile.m_block * kBlockM >= seq.seqlen_q * group) { return; }
   const Mask<kBlockM, kBlockN> mask(seq, args, tile.m_block);
-  const KvBlockRange range = mask.kv_block_range();
+  const KvBlockRange range = Mask<kBlockM, kBlockN>::split_range(mask.kv_block_range(), tile.split, args.num_splits);
   const bool has_work = range.n_block_max > range.n_block_min;
+  const int kv_head = args.pack_gqa ? tile.head : tile.head / args.qheads_per_kvhead;
 
   if (is_producer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (has_work) {
       ProducerLoad<Traits>::run(params, smem, pipeline_k, pipeline_vload, pipeline_vt, seq, range, tile.m_block,
-                                tile.head_q);
+                                kv_head, tile.head, tile.batch);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegs>();
     const int mma_thread = threadIdx.x - Traits::kNumProducerThreads;
-    const int kv_head = tile.head_q / args.qheads_per_kvhead;
     const float qk_descale = args.q_descale.load(tile.batch, kv_head) * args.k_descale.load(tile.batch, kv_head);
     OnlineSoftmax softmax(args.softmax_scale_log2 * qk_descale);
     typename MainloopMma<Traits>::FragmentO tOrO;
@@ -92,16 +95,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1) fwd_kernel(const __gri
       smem.barrier_q.wait(0);
       MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
     }
-    float sink_log2 = -INFINITY;
-    if (args.sink != nullptr) {
-      const float sink = args.sink_is_bf16
-                             ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[tile.head_q])
-                             : static_cast<const float*>(args.sink)[tile.head_q];
-      sink_log2 = sink * kLog2e;
+    // With split-KV the combine kernel adds the sink once; here it would be counted once per split.
+    float sink_log2[2] = {-INFINITY, -INFINITY};
+    if (args.sink != nullptr && args.num_splits == 1) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int head_q = row_target(args, tile.m_block * kBlockM + accumulator_row(mma_thread, h), tile.head).head_q;
+        const float sink = args.sink_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[head_q])
+                                             : static_cast<const float*>(args.sink)[head_q];
+        sink_log2[h] = sink * kLog2e;
+      }
     }
     float o_scale[2], lse[2];
     softmax.finalize(args.v_descale.load(tile.batch, kv_head), sink_log2, o_scale, lse);
-    Epilogue<Traits>::store(args, seq, tile.m_block, tile.head_q, mma_thread, tOrO, o_scale, lse);
+    Epilogue<Traits>::store(args, seq, tile.m_block, tile.head, tile.split, mma_thread, tOrO, o_scale, lse);
   }
 }
 

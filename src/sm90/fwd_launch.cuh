@@ -18,7 +18,8 @@ namespace fp8attn::sm90 {
 using namespace cute;
 
 // Q, K and V as TMA sees them: (rows, head dim, heads, batches), head dim contiguous. Dense tensors have
-// one "batch" per sequence; varlen tensors are one packed batch and each sequence is a row offset.
+// one "batch" per sequence; varlen tensors are one packed batch and each sequence is a row offset; paged
+// K/V is (page_size, head dim, heads, num_pages) and each 16-row box names its page.
 using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
 using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
 
@@ -28,12 +29,10 @@ struct KernelParams {
   using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShape{}, GmemStride{}));
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(), typename Traits::SmemLayoutQ{},
                                       Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{}));
-  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(),
-                                      take<0, 2>(typename Traits::SmemLayoutK{}),
-                                      Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{}));
-  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(),
-                                      take<0, 2>(typename Traits::SmemLayoutVLoad{}),
-                                      Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDimV>>{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(), typename Traits::SmemLayoutKBox{},
+                                      Shape<Int<Traits::kBoxRows>, Int<Traits::kHeadDim>>{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(), typename Traits::SmemLayoutVBox{},
+                                      Shape<Int<Traits::kBoxRows>, Int<Traits::kHeadDimV>>{}, _1{}));
 
   FwdArgs args;
   GmemShape shape_q, shape_k, shape_v;
@@ -46,7 +45,7 @@ inline DescaleArg make_descale_arg(const fp8attn_descale& d) {
   return DescaleArg{d.ptr, d.batch_stride, d.head_stride};
 }
 
-inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p) {
+inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& config) {
   FwdArgs a;
   a.batch = p.batch;
   a.seqlen_q = p.seqlen_q;
@@ -54,9 +53,25 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p) {
   a.num_heads_q = p.num_heads_q;
   a.num_heads_kv = p.num_heads_kv;
   a.qheads_per_kvhead = p.num_heads_q / p.num_heads_kv;
+  a.pack_gqa = config.pack_gqa;
+  a.packed_rows_divmod = cutlass::FastDivmod(config.pack_gqa ? a.qheads_per_kvhead : 1);
+  a.q = static_cast<const uint8_t*>(p.q);
+  a.q_batch_stride = p.q_batch_stride;
+  a.q_row_stride = p.q_row_stride;
+  a.q_head_stride = p.q_head_stride;
   a.cu_seqlens_q = p.cu_seqlens_q;
   a.cu_seqlens_k = p.cu_seqlens_k;
   a.seqused_k = p.seqused_k;
+  a.block_table = p.block_table;
+  a.block_table_batch_stride = p.block_table_batch_stride;
+  a.page_size = p.page_size;
+  a.num_splits = config.num_splits;
+  if (config.num_splits > 1) {
+    // Workspace layout (split_workspace_bytes): o_partial, then lse_partial.
+    a.partial_rows = int(config.partial_rows);
+    a.o_partial = static_cast<float*>(p.workspace);
+    a.lse_partial = a.o_partial + int64_t(config.num_splits) * config.partial_rows * p.num_heads_q * p.head_dim_v;
+  }
   a.out = p.out;
   a.out_is_bf16 = p.out_dtype == FP8ATTN_DTYPE_BF16;
   a.o_batch_stride = p.o_batch_stride;
@@ -81,15 +96,16 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
   using Params = KernelParams<Traits>;
   using Element = typename Traits::Element;
   Params params;
-  params.args = make_fwd_args(p);
+  params.args = make_fwd_args(p, config);
 
   const bool varlen_q = p.cu_seqlens_q != nullptr;
   const bool varlen_k = p.cu_seqlens_k != nullptr;
-  // A TMA box dimension may not be 0; an empty tensor is never read (no CTA has rows or keys), so 1 is safe.
+  const bool paged = p.block_table != nullptr;
+  // A TMA tensor dimension may not be 0; an empty tensor is never read (no CTA has rows or keys), so 1 is safe.
   const int rows_q = std::max(1, varlen_q ? p.total_q : p.seqlen_q);
-  const int rows_k = std::max(1, varlen_k ? p.total_k : p.seqlen_k);
+  const int rows_k = std::max(1, paged ? p.page_size : varlen_k ? p.total_k : p.seqlen_k);
   const int batches_q = varlen_q ? 1 : p.batch;
-  const int batches_k = varlen_k ? 1 : p.batch;
+  const int batches_k = paged ? p.num_pages : varlen_k ? 1 : p.batch;
   params.shape_q = GmemShape{rows_q, p.head_dim, p.num_heads_q, batches_q};
   params.shape_k = GmemShape{rows_k, p.head_dim, p.num_heads_kv, batches_k};
   params.shape_v = GmemShape{rows_k, p.head_dim_v, p.num_heads_kv, batches_k};
@@ -102,13 +118,14 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
                        GmemStride{p.v_row_stride, _1{}, p.v_head_stride, p.v_batch_stride});
   params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQ{},
                                Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
-  params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutK{}),
-                               Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
-  params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutVLoad{}),
-                               Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDimV>>{}, _1{});
+  params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutKBox{},
+                               Shape<Int<Traits::kBoxRows>, Int<Traits::kHeadDim>>{}, _1{});
+  params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, typename Traits::SmemLayoutVBox{},
+                               Shape<Int<Traits::kBoxRows>, Int<Traits::kHeadDimV>>{}, _1{});
 
   auto kernel = fwd_kernel<Traits, Params>;
   constexpr int kSmemBytes = Traits::kSmemBytes;
+  // Per call rather than once: the attribute belongs to the current device, and it costs well under a microsecond.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (err != cudaSuccess) { return err; }
   const dim3 grid(config.grid_x, config.grid_y, config.grid_z);

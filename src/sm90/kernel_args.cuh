@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include <cute/config.hpp>
+#include <cutlass/fast_math.h>
 
 namespace fp8attn::sm90 {
 
@@ -26,10 +27,31 @@ struct FwdArgs {
   int num_heads_q = 0;
   int num_heads_kv = 0;
   int qheads_per_kvhead = 1;
+  // PackGQA: the q heads of one kv head share a CTA, interleaved along M (tile row = token * G + g).
+  // Without it, G = 1 and each CTA serves one q head.
+  bool pack_gqa = false;
+  cutlass::FastDivmod packed_rows_divmod;  // divides a packed row by G (G = 1 when not packing)
+
+  // Q for the PackGQA gather (TMA reads it otherwise): dense [batch, seqlen_q, heads_q, d] or varlen [total_q, ...]
+  const uint8_t* q = nullptr;
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
 
   const int* cu_seqlens_q = nullptr;  // [batch + 1]
   const int* cu_seqlens_k = nullptr;  // [batch + 1]
   const int* seqused_k = nullptr;     // [batch]
+
+  // Paged K/V: [num_pages, page_size, heads_kv, d] through block_table[batch, max_pages]; nullptr = not paged.
+  const int* block_table = nullptr;
+  int64_t block_table_batch_stride = 0;
+  int page_size = 0;
+
+  // Split-KV: num_splits > 1 writes fp32 partials (O normalised per split, and the split's LSE) to the
+  // workspace for the combine kernel: o_partial [splits, rows, heads_q, dv], lse_partial [splits, heads_q, rows],
+  // rows = total_q (varlen) or batch * seqlen_q (dense).
+  int num_splits = 1;
+  float* o_partial = nullptr;
+  float* lse_partial = nullptr;
+  int partial_rows = 0;
 
   void* out = nullptr;  // like q with dv; fp16 or bf16
   bool out_is_bf16 = true;
@@ -55,6 +77,7 @@ struct SeqInfo {
   int offset_k;  // first row in k/v (varlen), 0 for dense
   int tma_batch_q;  // batch coordinate of the q TMA tensor: b for dense, 0 for varlen (one packed batch)
   int tma_batch_k;
+  int64_t partial_row0;  // this sequence's first row in the split-KV partial buffers
 
   CUTE_DEVICE SeqInfo(const FwdArgs& args, int batch) {
     if (args.cu_seqlens_q != nullptr) {
@@ -78,6 +101,7 @@ struct SeqInfo {
     if (args.seqused_k != nullptr) {
       seqlen_k = args.seqused_k[batch];
     }
+    partial_row0 = args.cu_seqlens_q != nullptr ? int64_t(offset_q) : int64_t(batch) * args.seqlen_q;
   }
 };
 

@@ -15,6 +15,8 @@
 #include <cutlass/pipeline/pipeline.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "host/kernel_rules.h"
+
 namespace fp8attn::sm90 {
 
 using namespace cute;
@@ -34,7 +36,10 @@ constexpr auto k_major_swizzle_atom() {
   }
 }
 
-template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_>
+// kTwoLevel_ = false builds the single-level accumulation the design replaces (P V accumulated over all
+// KV tiles in the FP8 WGMMA accumulator); src/kernels.list declares one such kernel, for the long-KV
+// accuracy test and the cost measurement of two-level accumulation. select_config() never picks it.
+template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, bool kTwoLevel_ = true>
 struct KernelTraits {
   using Element = cutlass::float_e4m3_t;  // Q, K, V and P
   using ElementAccum = float;
@@ -44,20 +49,26 @@ struct KernelTraits {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = 2;  // K, V-as-loaded and V^T each double-buffered
+  static constexpr bool kTwoLevel = kTwoLevel_;
 
   static constexpr int kNumMmaWarpgroups = kBlockM / 64;
   static constexpr int kNumProducerThreads = 128;
   static constexpr int kNumMmaThreads = 128 * kNumMmaWarpgroups;
   static constexpr int kNumThreads = kNumProducerThreads + kNumMmaThreads;
+  static constexpr int kCtasPerSm = ctas_per_sm_for(kBlockM, kHeadDimV);
 
-  // Two-level accumulation keeps a second fp32 accumulator (the tile's P V) next to O. For dv > 128 the
-  // PV GEMM runs in dv chunks through one chunk-sized tile accumulator, so O + O_tile + S fit the budget.
-  static constexpr int kPvChunk = kHeadDimV <= 128 ? kHeadDimV : kHeadDimV / 2;
+  // Two-level accumulation keeps a second fp32 accumulator (the tile's P V) next to O. When O + O_tile + S
+  // would not fit the MMA warpgroup's registers (dv > 128, or two CTAs per SM), the PV GEMM runs in dv
+  // chunks through one chunk-sized tile accumulator.
+  static constexpr int kPvChunk = kHeadDimV > 128 ? 64
+                                 : kCtasPerSm == 2 && kHeadDimV == 128 ? 32 : kHeadDimV;
   static constexpr int kNumPvChunks = kHeadDimV / kPvChunk;
 
-  // setmaxnreg split. The producer also transposes V, so it keeps more than a pure TMA warpgroup would.
-  static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 ? 56 : 40;
-  static constexpr int kMmaRegs = kNumMmaWarpgroups == 1 ? 256 : 232;
+  // setmaxnreg split (per thread; a CTA's pool is 65536 / kCtasPerSm registers). The producer also
+  // transposes V, so it keeps more than a pure TMA warpgroup would.
+  static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 && kCtasPerSm == 1 ? 56 : 40;
+  static constexpr int kMmaRegs = kCtasPerSm == 2 ? 216 : kNumMmaWarpgroups == 1 ? 256 : 232;
+  static_assert((kProducerRegs + kNumMmaWarpgroups * kMmaRegs) * 128 <= 65536 / kCtasPerSm, "register split");
 
   static_assert(kBlockM == 64 || kBlockM == 128, "block_m is 64 or 128 (one or two MMA warpgroups)");
   static_assert(kBlockN % 32 == 0 && kBlockN <= 256, "block_n is a multiple of the FP8 WGMMA K step (32)");
@@ -87,6 +98,15 @@ struct KernelTraits {
   using SmemLayoutVt = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(),
                                               Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}));  // (DV, BLK_N, PIPE)
 
+  // K and V tiles are loaded as kBoxRows-row TMA boxes. 16 rows divide every page size fp8attn accepts
+  // (multiples of 16), so one box never crosses a page and the same kernel serves dense, varlen and paged
+  // K/V; the box of each page is looked up separately.
+  static constexpr int kBoxRows = 16;
+  static constexpr int kBoxesPerTile = kBlockN / kBoxRows;
+  static_assert(kBoxesPerTile <= 32, "one lane of the load warp looks up each box's page");
+  using SmemLayoutKBox = decltype(composition(take<0, 2>(SmemLayoutK{}), Shape<Int<kBoxRows>, Int<kHeadDim>>{}));      // (BOX, D)
+  using SmemLayoutVBox = decltype(composition(take<0, 2>(SmemLayoutVLoad{}), Shape<Int<kBoxRows>, Int<kHeadDimV>>{}));  // (BOX, DV)
+
   using PipelineK = cutlass::PipelineTmaAsync<kStages>;      // TMA -> MMA warpgroups
   using PipelineVLoad = cutlass::PipelineTmaAsync<kStages>;  // TMA -> producer warpgroup (transpose)
   using PipelineVt = cutlass::PipelineAsync<kStages>;        // producer warpgroup -> MMA warpgroups
@@ -103,7 +123,7 @@ struct KernelTraits {
     cutlass::arch::ClusterTransactionBarrier barrier_q;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the SM90 per-block limit");
+  static_assert(kSmemBytes * kCtasPerSm <= 227 * 1024, "shared memory over the SM90 limit for kCtasPerSm CTAs");
 
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim;
   static constexpr uint32_t kBytesK = kBlockN * kHeadDim;

@@ -5,6 +5,10 @@
 // of a nonzero-mean V shrinks with KV length). Each KV tile's P V therefore starts from zero in its own
 // accumulator and is folded into the fp32 O on the CUDA cores: O = O * rescale + O_tile (one FFMA).
 // The fold runs after the PV GEMM's wait, so no instruction reads an accumulator a WGMMA still writes.
+//
+// Intra-warpgroup overlap: block n's QK^T and block n+1's P V (blocks run from the last to the first)
+// are issued together; the softmax of block n then runs on the CUDA cores while the tensor cores finish
+// that P V. Only the first dv chunk overlaps when the PV GEMM is chunked (dv > 128, or two CTAs per SM).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -36,7 +40,7 @@ struct MainloopMma {
   using FragmentO = decltype(partition_fragment_C(TiledMmaPV{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
 
   // Runs the KV loop for one query tile; O is left unnormalised (scaled by 2^8 like the row sums).
-  // mma_thread: 0 .. kNumMmaThreads-1.
+  // mma_thread: 0 .. kNumMmaThreads-1. The range must not be empty.
   CUTE_DEVICE static void run(SharedStorage& smem, PipelineK& pipeline_k, PipelineVt& pipeline_vt,
                               const Mask<kBlockM, kBlockN>& mask, KvBlockRange range, int mma_thread,
                               OnlineSoftmax& softmax, FragmentO& tOrO) {
@@ -62,34 +66,118 @@ struct MainloopMma {
       Tensor sVtChunk = local_tile(sVt(_, _, stage), Shape<Int<kPvChunk>, Int<kBlockN>>{}, make_coord(chunk, _0{}));  // (CHUNK, BLK_N)
       return thr_mma_pv.partition_fragment_B(sVtChunk);
     };
+    // O chunk = O chunk * rescale + O_tile, after the tile's GEMM has completed.
+    auto fold = [&](int chunk, const float (&rescale)[2]) {
+      Tensor tOrOChunk = tOrO(_, _, chunk);
+      CUTE_UNROLL
+      for (int i = 0; i < size(tOrOTile); ++i) {
+        // Accumulator flat index i = c + 2*h + 4*j: row half h = (i / 2) % 2.
+        tOrOChunk(i) = fmaf(tOrOChunk(i), rescale[(i / 2) % 2], tOrOTile(i));
+      }
+    };
+    // S -> P for one block: mask (boundary blocks only), online softmax, FP8 conversion into PV A order.
+    auto scores_to_p = [&](int n_block, float (&rescale)[2]) {
+      if (mask.needs_mask(n_block)) { mask.apply(tSrS, tScS, n_block); }
+      softmax.online(tSrS, rescale);
+    };
+    auto issue_qk = [&](int stage) {
+      warpgroup_fence_operand(tSrS);
+      warpgroup_arrive();
+      gemm_k_steps</*kZeroInit=*/true>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
+      warpgroup_commit_batch();
+    };
+    auto issue_pv = [&](int chunk, int stage) {
+      warpgroup_fence_operand(tOrP);
+      warpgroup_fence_operand(tOrOTile);
+      warpgroup_arrive();
+      gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv, tOrP, vt_operand(chunk, stage), tOrOTile);
+      warpgroup_commit_batch();
+    };
+    // The remaining dv chunks of a block's P V, one after the other through the one tile accumulator.
+    auto pv_remaining_chunks = [&](int stage, const float (&rescale)[2]) {
+      CUTE_UNROLL
+      for (int chunk = 1; chunk < Traits::kNumPvChunks; ++chunk) {
+        issue_pv(chunk, stage);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrOTile);
+        fold(chunk, rescale);
+      }
+    };
+    // Single-level accumulation (built only to measure what two-level accumulation buys, see
+    // Traits::kTwoLevel): O is rescaled first and every chunk accumulates into it on the tensor cores.
+    auto issue_pv_into_o = [&](int stage, const float (&rescale)[2]) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tOrO); ++i) { tOrO(i) *= rescale[(i / 2) % 2]; }
+      warpgroup_fence_operand(tOrP);
+      warpgroup_fence_operand(tOrO);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int chunk = 0; chunk < Traits::kNumPvChunks; ++chunk) {
+        // (MMA, MMA_M, 1): the chunk keeps its N mode, as the GEMM expects.
+        Tensor tOrOChunk = make_tensor(tOrO.data() + chunk * stride<2>(tOrO),
+                                       make_layout(layout<0>(tOrO), layout<1>(tOrO), Layout<_1, _0>{}));
+        gemm_k_steps</*kZeroInit=*/false>(tiled_mma_pv, tOrP, vt_operand(chunk, stage), tOrOChunk);
+      }
+      warpgroup_commit_batch();
+    };
+    // P V of the previous block: issue (overlapping what follows), then complete after warpgroup_wait.
+    auto issue_pv_previous = [&](int stage, const float (&rescale)[2]) {
+      if constexpr (Traits::kTwoLevel) {
+        issue_pv(0, stage);
+      } else {
+        issue_pv_into_o(stage, rescale);
+      }
+    };
+    auto complete_pv_previous = [&](int stage, const float (&rescale)[2]) {
+      if constexpr (Traits::kTwoLevel) {
+        warpgroup_fence_operand(tOrOTile);
+        fold(0, rescale);
+        pv_remaining_chunks(stage, rescale);
+      } else {
+        warpgroup_fence_operand(tOrO);
+      }
+    };
 
     PipelineState k_state;
     PipelineState vt_state;
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+    // First block: scores only.
+    int n_block = range.n_block_max - 1;
+    pipeline_k.consumer_wait(k_state);
+    issue_qk(k_state.index());
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+    pipeline_k.consumer_release(k_state);
+    ++k_state;
+    float rescale_prev[2];
+    scores_to_p(n_block, rescale_prev);
+    scores_to_pv_operand(tSrS, tOrP);
+
+    for (--n_block; n_block >= range.n_block_min; --n_block) {
+      // QK^T of this block and P V of the previous one, in flight together.
       pipeline_k.consumer_wait(k_state);
-      warpgroup_gemm</*kZeroInit=*/true>(tiled_mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
+      issue_qk(k_state.index());
+      pipeline_vt.consumer_wait(vt_state);
+      issue_pv_previous(vt_state.index(), rescale_prev);
+      warpgroup_wait<1>();  // QK^T done; P V still running
+      warpgroup_fence_operand(tSrS);
       pipeline_k.consumer_release(k_state);
       ++k_state;
-
-      if (mask.needs_mask(n_block)) { mask.apply(tSrS, tScS, n_block); }
-      float o_rescale[2];
-      softmax.online(tSrS, o_rescale);
-      scores_to_pv_operand(tSrS, tOrP);
-
-      pipeline_vt.consumer_wait(vt_state);
-      CUTE_UNROLL
-      for (int chunk = 0; chunk < Traits::kNumPvChunks; ++chunk) {
-        warpgroup_gemm</*kZeroInit=*/true>(tiled_mma_pv, tOrP, vt_operand(chunk, vt_state.index()), tOrOTile);
-        Tensor tOrOChunk = tOrO(_, _, chunk);
-        CUTE_UNROLL
-        for (int i = 0; i < size(tOrOTile); ++i) {
-          // Accumulator flat index i = c + 2*h + 4*j: row half h = (i / 2) % 2.
-          tOrOChunk(i) = fmaf(tOrOChunk(i), o_rescale[(i / 2) % 2], tOrOTile(i));
-        }
-      }
+      float rescale[2];
+      scores_to_p(n_block, rescale);
+      warpgroup_wait<0>();  // P V done: its A registers (P) and tile accumulator are free
+      complete_pv_previous(vt_state.index(), rescale_prev);
       pipeline_vt.consumer_release(vt_state);
       ++vt_state;
+      scores_to_pv_operand(tSrS, tOrP);
+      rescale_prev[0] = rescale[0];
+      rescale_prev[1] = rescale[1];
     }
+    // P V of the last block.
+    pipeline_vt.consumer_wait(vt_state);
+    issue_pv_previous(vt_state.index(), rescale_prev);
+    warpgroup_wait<0>();
+    complete_pv_previous(vt_state.index(), rescale_prev);
+    pipeline_vt.consumer_release(vt_state);
   }
 };
 

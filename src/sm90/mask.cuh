@@ -1,12 +1,14 @@
 // fp8attn SM90 forward: which KV blocks a query tile visits, and the element mask on the blocks that
 // straddle a boundary (sequence end, causal/window diagonals).
 //
-// Masks are bottom-right aligned (FlashAttention's convention): key j is visible to query row i iff
+// Masks are bottom-right aligned (FlashAttention's convention): key j is visible to query i iff
 //   j < seqlen_k  and  j <= i + seqlen_k - seqlen_q + window_right  and  j >= i + seqlen_k - seqlen_q - window_left
-// with an unbounded side when its window is -1 (causal is window_right = 0).
+// with an unbounded side when its window is -1 (causal is window_right = 0). With PackGQA a tile row is
+// token * G + g, so the query position of tile row r is r / G.
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cutlass/fast_math.h>
 
 #include "sm90/kernel_args.cuh"
 
@@ -22,39 +24,50 @@ struct Mask {
   int seqlen_q, seqlen_k;
   int window_left, window_right;
   int m_block;
+  cutlass::FastDivmod packed_rows;  // tile row -> query position
 
   CUTE_DEVICE Mask(const SeqInfo& seq, const FwdArgs& args, int m_block_)
       : seqlen_q(seq.seqlen_q), seqlen_k(seq.seqlen_k), window_left(args.window_left),
-        window_right(args.window_right), m_block(m_block_) {}
+        window_right(args.window_right), m_block(m_block_), packed_rows(args.packed_rows_divmod) {}
 
+  CUTE_DEVICE int query_position(int packed_row) const { return packed_rows.divide(packed_row); }
+  // First and last query positions of the tile that exist in the sequence.
+  CUTE_DEVICE int first_query() const { return query_position(m_block * kBlockM); }
+  CUTE_DEVICE int last_query() const { return min(query_position(m_block * kBlockM + kBlockM - 1), seqlen_q - 1); }
+
+  // All KV blocks the tile needs, before splitting.
   CUTE_DEVICE KvBlockRange kv_block_range() const {
     int n_max = cute::ceil_div(seqlen_k, kBlockN);
     int n_min = 0;
-    const int row_first = m_block * kBlockM;
-    // Rows past seqlen_q are never stored, so they do not widen the range.
-    const int row_last = min(row_first + kBlockM, seqlen_q) - 1;
     const int diag = seqlen_k - seqlen_q;
     if (window_right >= 0) {
-      const int key_hi = row_last + diag + window_right;  // last key any row of the tile sees
+      const int key_hi = last_query() + diag + window_right;  // last key any row of the tile sees
       n_max = min(n_max, key_hi < 0 ? 0 : key_hi / kBlockN + 1);
     }
     if (window_left >= 0) {
-      const int key_lo = row_first + diag - window_left;  // first key any row of the tile sees
+      const int key_lo = first_query() + diag - window_left;  // first key any row of the tile sees
       n_min = max(n_min, key_lo < 0 ? 0 : key_lo / kBlockN);
     }
     return {n_min, n_max};
+  }
+
+  // The share of split `split` of `num_splits`: consecutive, nearly equal runs of blocks.
+  CUTE_DEVICE static KvBlockRange split_range(KvBlockRange all, int split, int num_splits) {
+    if (num_splits <= 1) { return all; }
+    const int blocks = max(all.n_block_max - all.n_block_min, 0);
+    const int per_split = cute::ceil_div(blocks, num_splits);
+    const int lo = all.n_block_min + split * per_split;
+    return {lo, min(all.n_block_max, lo + per_split)};
   }
 
   // Whether block n_block has any key that some row of the tile must not see.
   CUTE_DEVICE bool needs_mask(int n_block) const {
     const int key_first = n_block * kBlockN;
     const int key_last = key_first + kBlockN - 1;
-    const int row_first = m_block * kBlockM;
-    const int row_last = row_first + kBlockM - 1;
     const int diag = seqlen_k - seqlen_q;
     return key_last >= seqlen_k ||
-           (window_right >= 0 && key_last > row_first + diag + window_right) ||
-           (window_left >= 0 && key_first < row_last + diag - window_left);
+           (window_right >= 0 && key_last > first_query() + diag + window_right) ||
+           (window_left >= 0 && key_first < last_query() + diag - window_left);
   }
 
   // Sets masked scores to -inf. tSrS: (MMA, MMA_M, MMA_N) fp32 scores; tScS: the same partition of the
@@ -64,13 +77,16 @@ struct Mask {
     const int diag = seqlen_k - seqlen_q;
     const int key_base = n_block * kBlockN;
     const int row_base = m_block * kBlockM;
+    // Each thread holds two rows (row halves); their query positions are computed once.
+    int query[2];
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) { query[h] = query_position(row_base + int(cute::get<0>(tScS(2 * h)))); }
     CUTE_UNROLL
     for (int i = 0; i < cute::size(tSrS); ++i) {
-      const int row = row_base + int(cute::get<0>(tScS(i)));
+      const int q = query[(i / 2) % 2];  // accumulator flat index c + 2*h + 4*j
       const int key = key_base + int(cute::get<1>(tScS(i)));
-      const bool hidden = key >= seqlen_k ||
-                          (window_right >= 0 && key > row + diag + window_right) ||
-                          (window_left >= 0 && key < row + diag - window_left);
+      const bool hidden = key >= seqlen_k || (window_right >= 0 && key > q + diag + window_right) ||
+                          (window_left >= 0 && key < q + diag - window_left);
       if (hidden) { tSrS(i) = -INFINITY; }
     }
   }

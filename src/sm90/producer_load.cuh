@@ -39,54 +39,63 @@ struct ProducerLoad {
   template <class Params>
   CUTE_DEVICE static void run(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
                               PipelineVLoad& pipeline_vload, PipelineVt& pipeline_vt, const SeqInfo& seq,
-                              KvBlockRange range, int m_block, int head_q) {
+                              KvBlockRange range, int m_block, int kv_head, int head_q, int batch) {
+    const FwdArgs& args = params.args;
     const int warp = cutlass::canonical_warp_idx_sync();  // 0..3 inside the producer warpgroup
     const int lane = threadIdx.x % 32;
     // One thread issues every TMA; it is also the pipelines' leader (expect-tx on the full barriers).
     const bool is_tma_issuer = threadIdx.x == 0;
-    const int kv_head = head_q / params.args.qheads_per_kvhead;
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});        // (BLK_M, D)
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});        // (BLK_N, D, PIPE)
     Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
     Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});     // (DV, BLK_N, PIPE)
 
-    // Global tiles as TMA coordinate tensors; varlen sequences are a row offset into one packed batch.
-    Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q)(_, _, head_q, seq.tma_batch_q);   // (rows_q, D)
-    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, D)
-    Tensor mV = params.tma_v.get_tma_tensor(params.shape_v)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, DV)
-    Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQ),
-                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));  // (BLK_M, D)
-    Tensor gK = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mK),
-                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (BLK_N, D, n_blocks)
-    Tensor gV = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mV),
-                           Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(_, _0{}));  // (BLK_N, DV, n_blocks)
+    if (args.pack_gqa) {
+      gather_q_packed(args, seq, m_block, kv_head, sQ, smem);
+    } else if (is_tma_issuer) {
+      // Varlen sequences are a row offset into one packed batch.
+      Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q)(_, _, head_q, seq.tma_batch_q);  // (rows_q, D)
+      Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQ),
+                             Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));  // (BLK_M, D)
+      auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      smem.barrier_q.arrive_and_expect_tx(Traits::kBytesQ);
+      copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(smem.barrier_q), 0),
+           tQgQ, tQsQ);
+    }
 
-    auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVLoad), group_modes<0, 2>(gV));
+    // (rows, D, heads_kv, batches) dense/varlen, or (page_size, D, heads_kv, num_pages) paged.
+    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
+    Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
 
     PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
     PipelineState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
     PipelineState transpose_read_state;  // consumer side of pipeline_vload
     PipelineState transpose_write_state = cutlass::make_producer_start_state<PipelineVt>();
 
-    if (is_tma_issuer) {
-      smem.barrier_q.arrive_and_expect_tx(Traits::kBytesQ);
-      copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(smem.barrier_q), 0),
-           tQgQ, tQsQ);
-    }
-
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      if (is_tma_issuer) {
+      if (warp == 0) {
+        // Lane b loads box b of the tile (16 rows of K and of V). Lane 0 first waits for the stage to be
+        // free and posts the tile's byte count on its barrier; then the boxes go out from their lanes.
+        int box_row, box_batch;
+        locate_box(args, seq, batch, n_block, lane, box_row, box_batch);
+        const bool loads_a_box = lane < Traits::kBoxesPerTile;
         // V first: its transpose is the longer path to the MMA warpgroups.
-        pipeline_vload.producer_acquire(load_v_state);
-        copy(params.tma_v.with(*pipeline_vload.producer_get_barrier(load_v_state), 0),
-             tVgV(_, n_block), tVsV(_, load_v_state.index()));
+        if (is_tma_issuer) { pipeline_vload.producer_acquire(load_v_state); }
+        __syncwarp();
+        if (loads_a_box) {
+          Tensor sVStage = sVLoad(_, _, load_v_state.index());  // (BLK_N, DV)
+          copy_box<kHeadDimV>(params.tma_v, *pipeline_vload.producer_get_barrier(load_v_state), mV, box_row, kv_head,
+                              box_batch, sVStage, lane);
+        }
         ++load_v_state;
-        pipeline_k.producer_acquire(load_k_state);
-        copy(params.tma_k.with(*pipeline_k.producer_get_barrier(load_k_state), 0),
-             tKgK(_, n_block), tKsK(_, load_k_state.index()));
+        if (is_tma_issuer) { pipeline_k.producer_acquire(load_k_state); }
+        __syncwarp();
+        if (loads_a_box) {
+          Tensor sKStage = sK(_, _, load_k_state.index());  // (BLK_N, D)
+          copy_box<kHeadDim>(params.tma_k, *pipeline_k.producer_get_barrier(load_k_state), mK, box_row, kv_head,
+                             box_batch, sKStage, lane);
+        }
         ++load_k_state;
       }
       __syncwarp();  // ldmatrix/stmatrix below are warp-collective: reconverge warp 0 after the issue
@@ -97,6 +106,63 @@ struct ProducerLoad {
     }
     transpose_v(sVLoad, sVt, pipeline_vload, pipeline_vt, transpose_read_state, transpose_write_state,
                 seq.seqlen_k - range.n_block_min * kBlockN, warp, lane);
+  }
+
+  // Warp 0, lane b: TMA coordinates (first row, batch or page) of box b of tile n_block. Paged K/V looks up
+  // the box's page in block_table. Boxes past the sequence's end reuse its last page: the load must still
+  // deliver the tile's bytes, its rows are masked (scores to -inf, V rows to zero), and block_table entries
+  // past ceil(seqlen_k / page_size) may hold anything.
+  CUTE_DEVICE static void locate_box(const FwdArgs& args, const SeqInfo& seq, int batch, int n_block, int lane,
+                                     int& box_row, int& box_batch) {
+    const int row = n_block * kBlockN + min(lane, Traits::kBoxesPerTile - 1) * Traits::kBoxRows;
+    if (args.block_table == nullptr) {
+      box_row = seq.offset_k + row;  // past the tensor's end TMA fills zeros
+      box_batch = seq.tma_batch_k;
+      return;
+    }
+    const int last_page = max(seq.seqlen_k - 1, 0) / args.page_size;
+    const int page_index = row / args.page_size;
+    box_batch = args.block_table[batch * args.block_table_batch_stride + min(page_index, last_page)];
+    box_row = page_index > last_page ? 0 : row % args.page_size;
+  }
+
+  // One TMA box: rows [row, row + 16) of (head, batch_or_page) into rows [16 * box, 16 * box + 16) of sStage.
+  template <int kDim, class Tma, class TensorM, class TensorS>
+  CUTE_DEVICE static void copy_box(Tma const& tma, uint64_t& barrier, TensorM const& mX, int row, int head,
+                                   int batch_or_page, TensorS& sStage, int box) {
+    Tensor gBox = local_tile(domain_offset(make_coord(row, _0{}), mX(_, _, head, batch_or_page)),
+                             Shape<Int<Traits::kBoxRows>, Int<kDim>>{}, make_coord(_0{}, _0{}));  // (BOX, DIM)
+    Tensor sBox = local_tile(sStage, Shape<Int<Traits::kBoxRows>, Int<kDim>>{}, make_coord(box, _0{}));  // (BOX, DIM)
+    auto [tXgX, tXsX] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
+    copy(tma.with(barrier, 0), tXgX, tXsX);
+  }
+
+  // PackGQA: tile row r holds token (m_block * BLK_M + r) / G of q head kv_head * G + (m_block * BLK_M + r) % G,
+  // a gather TMA cannot express. The producer threads copy Q in 16-byte chunks into the swizzled sQ
+  // (zeros past the sequence) and arrive on barrier_q, which counts all of them for this path.
+  template <class TensorQ>
+  CUTE_DEVICE static void gather_q_packed(const FwdArgs& args, const SeqInfo& seq, int m_block, int kv_head,
+                                          TensorQ& sQ, SharedStorage& smem) {
+    constexpr int kChunksPerRow = kHeadDim / 16;
+    const int group = args.qheads_per_kvhead;
+    CUTE_UNROLL
+    for (int chunk = threadIdx.x; chunk < kBlockM * kChunksPerRow; chunk += Traits::kNumProducerThreads) {
+      const int r = chunk / kChunksPerRow;
+      const int col = (chunk % kChunksPerRow) * 16;
+      int token, g;
+      args.packed_rows_divmod(token, g, m_block * kBlockM + r);
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (token < seq.seqlen_q) {
+        const uint8_t* src = args.q + seq.tma_batch_q * args.q_batch_stride +
+                             int64_t(seq.offset_q + token) * args.q_row_stride +
+                             int64_t(kv_head * group + g) * args.q_head_stride + col;
+        value = *reinterpret_cast<const uint4*>(src);
+      }
+      *reinterpret_cast<uint4*>(&sQ(r, col)) = value;
+    }
+    // WGMMA reads sQ through the async proxy.
+    cutlass::arch::fence_view_async_shared();
+    smem.barrier_q.arrive();
   }
 
   // Rewrites one V tile, [keys, dv] in sVLoad, as [dv, key slots] in sVt. Within every 16 keys k0..k0+15,

@@ -63,19 +63,19 @@ struct OnlineSoftmax {
   }
 
   // After the last KV block: the per-row factor that turns O into the output (v_descale / sum, 0 for an
-  // empty row) and the natural-log LSE. sink_log2 = sink * log2(e) or -inf without a sink. The sink joins
-  // the denominator only: exp(sink) relative to the same reference point 2^(m*scale_log2 - 8) as P.
-  CUTE_DEVICE void finalize(float v_descale, float sink_log2, float (&o_scale)[2], float (&lse)[2]) const {
+  // empty row) and the natural-log LSE. sink_log2[h] = sink * log2(e) of the row's q head, or -inf without a
+  // sink. The sink joins the denominator only: exp(sink) relative to the reference point 2^(m*scale_log2 - 8) of P.
+  CUTE_DEVICE void finalize(float v_descale, const float (&sink_log2)[2], float (&o_scale)[2], float (&lse)[2]) const {
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       float sum = quad_allreduce_sum(row_sum[h]);
       float reference = row_max[h] == -INFINITY ? -INFINITY : row_max[h] * scale_log2 - kFp8MaxOffset;
       float factor = 1.f;
-      if (sink_log2 != -INFINITY) {
+      if (sink_log2[h] != -INFINITY) {
         // Move the reference up if the sink dominates, so exp2 stays finite.
-        const float new_reference = fmaxf(reference, sink_log2 - kFp8MaxOffset);
+        const float new_reference = fmaxf(reference, sink_log2[h] - kFp8MaxOffset);
         factor = exp2_approx(reference - new_reference);
-        sum = fmaf(sum, factor, exp2_approx(sink_log2 - new_reference));
+        sum = fmaf(sum, factor, exp2_approx(sink_log2[h] - new_reference));
         reference = new_reference;
       }
       const bool empty = !(sum > 0.f);

@@ -33,26 +33,18 @@ CUTE_DEVICE uint32_t pack_e4m3x2(float lo, float hi) {
   return packed;
 }
 
-// One warpgroup GEMM: issue every K step of the atom, commit, wait. zero_init starts the accumulator
-// from zero (the first K step uses ScaleOut::Zero), which is what makes each PV tile a separate
-// first-level sum for two-level accumulation.
+// The WGMMA K steps of one warpgroup GEMM, to be bracketed by warpgroup_arrive() and
+// warpgroup_commit_batch() by the caller, which decides when to wait. kZeroInit starts the accumulator
+// from zero (the first K step uses ScaleOut::Zero): that makes each PV tile a separate first-level sum
+// for two-level accumulation.
 template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorC>
-CUTE_DEVICE void warpgroup_gemm(TiledMma& tiled_mma, TensorA const& tCrA, TensorB const& tCrB, TensorC& tCrC) {
-  // RS GEMMs take A from registers, which need the same fence as the accumulator; SS GEMMs take descriptors.
-  constexpr bool kARegs = !is_same_v<typename TensorA::engine_type::iterator, GMMA::DescriptorIterator>;
-  if constexpr (kARegs) { warpgroup_fence_operand(const_cast<TensorA&>(tCrA)); }
-  warpgroup_fence_operand(tCrC);
-  warpgroup_arrive();
+CUTE_DEVICE void gemm_k_steps(TiledMma& tiled_mma, TensorA const& tCrA, TensorB const& tCrB, TensorC& tCrC) {
   if constexpr (kZeroInit) { tiled_mma.accumulate_ = GMMA::ScaleOut::Zero; }
   CUTE_UNROLL
   for (int k = 0; k < size<2>(tCrA); ++k) {
     cute::gemm(tiled_mma, tCrA(_, _, k), tCrB(_, _, k), tCrC);
     tiled_mma.accumulate_ = GMMA::ScaleOut::One;
   }
-  warpgroup_commit_batch();
-  warpgroup_wait<0>();
-  warpgroup_fence_operand(tCrC);
-  if constexpr (kARegs) { warpgroup_fence_operand(const_cast<TensorA&>(tCrA)); }
 }
 
 // Scores (an SM90 accumulator fragment, flat index c + 2*h + 4*j: column pair c, row half h, n8 block j)
@@ -81,12 +73,10 @@ CUTE_DEVICE void scores_to_pv_operand(TensorS const& tSrS, TensorP& tOrP) {
   }
 }
 
-// Views an SM90 accumulator ((2, 2, N/8), MMA_M, MMA_N) as (rows, cols) = ((2, MMA_M), (2, N/8, MMA_N)).
-template <class Layout>
-CUTE_HOST_DEVICE constexpr auto accumulator_rowcol(Layout const& acc) {
-  static_assert(decltype(rank<0>(acc))::value == 3, "expects an SM90 GMMA accumulator layout");
-  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
-                     make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));
+// Tile row of row half h (0: rows 0-7, 1: rows 8-15 of the warp's 16) in an SM90 accumulator held by
+// MMA thread mma_thread (warpgroup w owns rows 64w .. 64w + 63; warp k of it 16 rows; lane / 4 the row).
+CUTE_HOST_DEVICE constexpr int accumulator_row(int mma_thread, int h) {
+  return (mma_thread / 128) * 64 + ((mma_thread % 128) / 32) * 16 + (mma_thread % 32) / 4 + 8 * h;
 }
 
 }  // namespace fp8attn::sm90

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -24,7 +26,43 @@ constexpr uint8_t kE4m3NaN = 0x7F;     // E4M3 S.1111.111: the byte every non-in
 constexpr uint8_t kPoisonByte = 0xFF;  // out/lse/workspace fill: 0xFFFF is NaN in fp16 and bf16, 0xFFFFFFFF in fp32
 constexpr uint16_t kPoisonOut = 0xFFFF;
 constexpr uint32_t kPoisonLse = 0xFFFFFFFF;
-constexpr double kLseAbsoluteSlack = 1e-3;  // LSE bar: 2 x the emulation's LSE error + this (natural log)
+
+// ---- The LSE bar ----------------------------------------------------------------------------------------
+//
+// SPEC §3's bar binds the output. The LSE gets a bar of the same form, 2·max|emulation − exact| + slack, plus
+// one term the emulation cannot supply, per (batch, row, q head):
+//
+//   |lse − exact| <= 2·max|emul_lse − exact_lse| (over the case) + 1e-3 + 2^-11·M_row,
+//   M_row = max over the keys j visible to the row of |scale|·Σ_c |q_c·k_jc|,
+//   scale = softmax_scale·q_descale·k_descale (of the row's batch entry and kv head),
+//
+// with q and k the E4M3-decoded inputs. Where the term comes from:
+//   - The kernel computes QK^T on FP8 WGMMA, whose accumulator keeps only ~13-14 mantissa bits and truncates
+//     (the products of each k-group are aligned to the largest exponent and the bits below ~2^-13 of it are
+//     dropped; DeepSeek-V3 §3.3.2 measures "around 14 bits"; FlashAttention-3's FP8 path has the same
+//     property). So each score s_j = scale·Σ_c q_c k_jc comes out with an error of order 2^-13 of the magnitude
+//     of what was summed: every partial sum, and every addend, is at most S_j = |scale|·Σ_c |q_c k_jc| in
+//     magnitude, so each truncating addition costs at most about 2^-13·S_j.
+//   - The emulation (ref::Mode::kEmulation) sums scores in fp32 (24 bits): it does not show this error.
+//   - The LSE inherits score errors directly: LSE = log(Σ_j exp(s_j) [+ exp(sink)]) gives
+//       δLSE = Σ_j p_j·δs_j,  so  |δLSE| <= max_j |δs_j| <= (error per unit of S)·M_row,
+//     p_j being the softmax weights (summing to 1, or less with a sink, which has no GEMM error). The output
+//     mostly does not: an error common to a row's scores cancels in the softmax, and SPEC §3's output bar holds.
+//   - 2^-11 = 4·2^-13: the accumulator's ~2^-13 relative precision, with margin for a few truncating additions
+//     (one per k-group of the WGMMA chain, d/32 of them; truncations all go toward zero, so on the large
+//     scores that dominate the LSE they add up rather than cancel). The H200 errors that led to this bar
+//     (1e-4..9e-4 of the LSE, kernel always below exact, only where descales enlarge the scores) fit it: a CPU
+//     model of the kernel (scores summed over k-groups of 32, each group's sum truncated 13 bits below its
+//     largest addend) gives errors of that size, at most 20% of this bar over the suite (38% with 12 bits).
+//   - The max over keys rather than the softmax-weighted average: an upper bound that needs no softmax, so a
+//     softmax bug cannot widen its own bar. M_row is exact (one fp32 pass of |q|·|k| over each row's visible
+//     keys, ~8% of the time of the two references), not the Cauchy–Schwarz bound ‖q‖·max‖k‖, 1.4-2x looser.
+// What it still catches: over the suite's cases M_row is at most ~90 (median ~16; q, k ~ N(0,1), descales in
+// [0.5, 2]), so the term is ~0.008 typically and under 0.045 at most. An LSE shifted by 0.05 fails in every
+// case with an LSE, and one scaled by 1.01 in all but a case whose |LSE| is ~0.5 (CPU dry run, with a fake
+// kernel that writes the emulation's results, shifted or scaled).
+constexpr double kLseAbsoluteSlack = 1e-3;             // natural log
+constexpr double kScoreRelativeError = 1.0 / 2048.0;  // 2^-11 per unit of M_row
 
 void check_cuda(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
@@ -131,6 +169,148 @@ class InputSource {
   std::mt19937_64 rng_;
   std::normal_distribution<float> normal_{0.0f, 1.0f};
 };
+
+// M_row of the LSE bar (see "The LSE bar" above) for every row, laid out as ref::Result::lse: [num_heads_q,
+// total_rows], 0 for a row that sees no key. From host params (host pointers), with the reference's semantics:
+// lengths from seqused_k, else cu_seqlens_k, else seqlen_k; bottom-right aligned windows, causal meaning
+// window_right = 0. Work is split as the reference splits it, over (sequence, kv head, packed rows), and each
+// chunk of |K| is decoded once for all rows of a task; the sums run in fp32, which is far more than enough
+// here (positive addends, each an exact product of two E4M3 magnitudes).
+std::vector<double> score_magnitudes(const fp8attn_fwd_params& p, int64_t total_rows) {
+  constexpr int64_t kKeysPerChunk = 256;
+  // Register blocking: kRowBlock x kKeyBlock sums at a time, each |K| value loaded once for kRowBlock rows.
+  constexpr int kRowBlock = 4, kKeyBlock = 8;
+  constexpr int64_t kKeyStride = kKeysPerChunk + kKeyBlock;
+  const int hq = p.num_heads_q, group = p.num_heads_q / p.num_heads_kv, d = p.head_dim;
+  const int64_t window_left = p.window_left, window_right = p.causal ? 0 : p.window_right;
+  std::vector<double> result(static_cast<size_t>(hq) * total_rows, 0.0);
+
+  std::array<float, 256> magnitude{};
+  for (int code = 0; code < 256; ++code) magnitude[code] = std::fabs(ref::e4m3_to_float(static_cast<uint8_t>(code)));
+  auto descale = [](const fp8attn_descale& ds, int b, int h) -> double {
+    if (ds.ptr == nullptr) return 1.0;
+    return ds.ndim == 0 ? ds.ptr[0] : ds.ptr[b * ds.batch_stride + h * ds.head_stride];
+  };
+
+  struct Sequence {
+    int64_t q_len = 0, row_begin = 0, q_offset = 0, k_len = 0, k_begin = 0;
+  };
+  std::vector<Sequence> sequences(p.batch);
+  for (int b = 0; b < p.batch; ++b) {
+    Sequence& s = sequences[b];
+    if (p.cu_seqlens_q) {
+      s.row_begin = p.cu_seqlens_q[b];
+      s.q_len = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+      s.q_offset = s.row_begin * p.q_row_stride;
+    } else {
+      s.q_len = p.seqlen_q;
+      s.row_begin = int64_t{b} * p.seqlen_q;
+      s.q_offset = b * p.q_batch_stride;
+    }
+    if (p.cu_seqlens_k) s.k_begin = p.cu_seqlens_k[b];
+    s.k_len = p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
+  }
+  // Byte offset of key j (head 0) of sequence b in k.
+  auto key_offset = [&](int b, int64_t j) -> int64_t {
+    if (p.block_table)
+      return p.block_table[b * p.block_table_batch_stride + j / p.page_size] * p.k_batch_stride +
+             (j % p.page_size) * p.k_row_stride;
+    if (p.cu_seqlens_k) return (sequences[b].k_begin + j) * p.k_row_stride;
+    return b * p.k_batch_stride + j * p.k_row_stride;
+  };
+
+  struct Task {
+    int b, kv_head;
+    int64_t begin, end;  // packed rows: q head kv_head * group + r / q_len, query row r % q_len
+  };
+  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  int64_t packed_total = 0;
+  for (const Sequence& s : sequences) packed_total += s.q_len * hq;
+  const int64_t rows_per_task = std::clamp<int64_t>(packed_total / (4 * threads), 8, 32);
+  std::vector<Task> tasks;
+  for (int b = 0; b < p.batch; ++b)
+    for (int h = 0; h < p.num_heads_kv; ++h)
+      for (int64_t r = 0; r < sequences[b].q_len * group; r += rows_per_task)
+        tasks.push_back({b, h, r, std::min(sequences[b].q_len * group, r + rows_per_task)});
+
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    // |K| of a chunk, transposed: [d][kKeyStride]; columns past the chunk's keys are never visible to a row.
+    std::vector<float> k_abs(static_cast<size_t>(d) * kKeyStride, 0.0f);
+    std::vector<float> q_abs, row_max;  // [rows padded to kRowBlock][d], [rows]
+    std::vector<int64_t> first, last, out_index;
+    for (size_t t = next++; t < tasks.size(); t = next++) {
+      const Task& task = tasks[t];
+      const Sequence& s = sequences[task.b];
+      const auto* q = static_cast<const uint8_t*>(p.q);
+      const auto* k = static_cast<const uint8_t*>(p.k) + task.kv_head * p.k_head_stride;
+      const int64_t rows = task.end - task.begin, padded_rows = (rows + kRowBlock - 1) / kRowBlock * kRowBlock;
+      q_abs.assign(padded_rows * d, 0.0f);
+      first.assign(padded_rows, 0);
+      last.assign(padded_rows, -1);  // padding rows see no key
+      out_index.assign(rows, 0);
+      row_max.assign(padded_rows, 0.0f);
+      int64_t hull_first = std::numeric_limits<int64_t>::max(), hull_last = -1;
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t packed = task.begin + i;
+        const int head = task.kv_head * group + static_cast<int>(packed / s.q_len);
+        const int64_t row = packed % s.q_len, diagonal = row + s.k_len - s.q_len;
+        first[i] = window_left < 0 ? 0 : std::max<int64_t>(0, diagonal - window_left);
+        last[i] = window_right < 0 ? s.k_len - 1 : std::min(s.k_len - 1, diagonal + window_right);
+        out_index[i] = head * total_rows + s.row_begin + row;
+        const uint8_t* q_row = q + s.q_offset + row * p.q_row_stride + head * p.q_head_stride;
+        for (int c = 0; c < d; ++c) q_abs[i * d + c] = magnitude[q_row[c]];
+        if (first[i] <= last[i]) {
+          hull_first = std::min(hull_first, first[i]);
+          hull_last = std::max(hull_last, last[i]);
+        }
+      }
+      for (int64_t chunk = hull_first; chunk <= hull_last; chunk += kKeysPerChunk) {
+        const int64_t chunk_last = std::min(chunk + kKeysPerChunk, hull_last + 1) - 1;
+        for (int64_t j = chunk; j <= chunk_last; ++j) {
+          const uint8_t* k_row = k + key_offset(task.b, j);
+          for (int c = 0; c < d; ++c) k_abs[c * kKeyStride + (j - chunk)] = magnitude[k_row[c]];
+        }
+        // Blocks of kRowBlock rows x kKeyBlock keys over the keys any row of the block sees in this chunk;
+        // each row then takes the max over the keys it sees.
+        for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+          int64_t lo = std::numeric_limits<int64_t>::max(), hi = -1;
+          for (int r = 0; r < kRowBlock; ++r) {
+            const int64_t row_lo = std::max(first[r0 + r], chunk), row_hi = std::min(last[r0 + r], chunk_last);
+            if (row_lo > row_hi) continue;
+            lo = std::min(lo, row_lo);
+            hi = std::max(hi, row_hi);
+          }
+          for (int64_t j0 = lo; j0 <= hi; j0 += kKeyBlock) {
+            float sums[kRowBlock][kKeyBlock] = {};
+            for (int c = 0; c < d; ++c) {
+              const float* k_col = &k_abs[c * kKeyStride + (j0 - chunk)];
+              for (int r = 0; r < kRowBlock; ++r) {
+                const float qc = q_abs[(r0 + r) * d + c];
+                for (int j = 0; j < kKeyBlock; ++j) sums[r][j] += qc * k_col[j];
+              }
+            }
+            for (int r = 0; r < kRowBlock; ++r)
+              for (int j = 0; j < kKeyBlock; ++j) {
+                const int64_t key = j0 + j;
+                if (key >= first[r0 + r] && key <= last[r0 + r] && key <= hi)
+                  row_max[r0 + r] = std::max(row_max[r0 + r], sums[r][j]);
+              }
+          }
+        }
+      }
+      const double scale = std::fabs(static_cast<double>(p.softmax_scale) * descale(p.q_descale, task.b, task.kv_head) *
+                                     descale(p.k_descale, task.b, task.kv_head));
+      for (int64_t i = 0; i < rows; ++i) result[out_index[i]] = scale * row_max[i];
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (int64_t i = 1; i < std::min<int64_t>(threads, static_cast<int64_t>(tasks.size())); ++i)
+    helpers.emplace_back(worker);
+  worker();
+  for (std::thread& helper : helpers) helper.join();
+  return result;
+}
 
 }  // namespace
 
@@ -517,6 +697,8 @@ void Problem::compute_references() {
   emulation.join();
   if (!exact_status.ok()) throw std::runtime_error("reference (exact): " + exact_status.message());
   if (!emulation_status.ok()) throw std::runtime_error("reference (emulation): " + emulation_status.message());
+  // The LSE bar's M_row, only where an LSE is checked.
+  if (case_.lse) score_magnitude_ = score_magnitudes(host_params_, exact_.total_rows);
   have_references_ = true;
 }
 
@@ -554,7 +736,14 @@ Metrics Problem::check(const Output& output) {
     double err = -1;
     int b = 0, r = 0, h = 0, col = 0;
     double out = 0, exact = 0, emulation = 0;
-  } worst, worst_lse;
+  } worst;
+  // Rows with a finite exact LSE, judged once the case-wide emulation error (part of every row's bound) is known.
+  struct LseRow {
+    double err = 0, score_magnitude = 0;
+    int b = 0, r = 0, h = 0;
+    double lse = 0, exact = 0, emulation = 0;
+  };
+  std::vector<LseRow> lse_rows;
   double sum_sq_err = 0, sum_sq_emul_err = 0, sum_sq_exact = 0;
 
   for (int b = 0; b < c.batch; ++b) {
@@ -599,16 +788,31 @@ Metrics Problem::check(const Output& output) {
           continue;
         }
         if (must_be_minus_inf) continue;
-        const double err = std::fabs(value - exact);
         m.emul_lse_max_abs_err = std::max(m.emul_lse_max_abs_err, std::fabs(emulation - exact));
-        if (err > worst_lse.err) worst_lse = {err, b, r, h, 0, value, exact, emulation};
+        lse_rows.push_back({std::fabs(value - exact), score_magnitude_[ref_li], b, r, h, value, exact, emulation});
       }
     }
   }
   m.max_abs_err = std::max(worst.err, 0.0);
-  m.lse_max_abs_err = std::max(worst_lse.err, 0.0);
   m.bound = 2 * m.emul_max_abs_err + 2 * ulp_bf16(m.max_abs_exact);
-  m.lse_bound = 2 * m.emul_lse_max_abs_err + kLseAbsoluteSlack;
+  // The LSE bar, row by row (see "The LSE bar" at the top of this file).
+  const double lse_common_bound = 2 * m.emul_lse_max_abs_err + kLseAbsoluteSlack;
+  auto lse_row_bound = [&](const LseRow& row) {
+    return lse_common_bound + kScoreRelativeError * row.score_magnitude;
+  };
+  const LseRow* worst_lse = nullptr;  // the row nearest to (or furthest over) its bound
+  for (const LseRow& row : lse_rows) {
+    const double bound = lse_row_bound(row), fraction = row.err / bound;
+    m.lse_max_abs_err = std::max(m.lse_max_abs_err, row.err);
+    m.lse_bound = std::max(m.lse_bound, bound);
+    m.lse_max_score_magnitude = std::max(m.lse_max_score_magnitude, row.score_magnitude);
+    // `!(err <= bound)` so that a NaN bound (a harness bug) fails rather than passes.
+    if (!(row.err <= bound)) ++m.lse_rows_over_bound;
+    if (worst_lse == nullptr || !(fraction <= m.lse_worst_fraction)) {
+      worst_lse = &row;
+      m.lse_worst_fraction = fraction;
+    }
+  }
   m.rel_rms = sum_sq_exact > 0 ? std::sqrt(sum_sq_err / sum_sq_exact)
                                : (sum_sq_err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   m.emul_rel_rms = sum_sq_exact > 0 ? std::sqrt(sum_sq_emul_err / sum_sq_exact) : 0.0;
@@ -638,7 +842,7 @@ Metrics Problem::check(const Output& output) {
   }
 
   const bool out_ok = m.nonfinite == 0 && m.max_abs_err <= m.bound;
-  const bool lse_ok = !c.lse || (m.lse_mismatches == 0 && m.lse_max_abs_err <= m.lse_bound);
+  const bool lse_ok = !c.lse || (m.lse_mismatches == 0 && m.lse_rows_over_bound == 0);
   m.passed = out_ok && lse_ok && m.stray_writes == 0;
   if (m.passed) return m;
 
@@ -661,11 +865,20 @@ Metrics Problem::check(const Output& output) {
   if (c.lse) {
     if (m.lse_mismatches)
       f << m.lse_mismatches << " LSE entries with the wrong finiteness; first at " << first_lse_mismatch.str() << "\n";
-    if (worst_lse.err >= 0)
-      f << (m.lse_max_abs_err <= m.lse_bound ? "" : "LSE BAR EXCEEDED: ") << "max|lse - exact| = " << m.lse_max_abs_err
-        << " vs bound " << m.lse_bound << "; worst at batch " << worst_lse.b << ", row " << worst_lse.r << ", head "
-        << worst_lse.h << ": lse=" << worst_lse.out << " exact=" << worst_lse.exact
-        << " emulation=" << worst_lse.emulation << "\n";
+    if (worst_lse) {
+      const LseRow& w = *worst_lse;
+      const bool over = m.lse_rows_over_bound > 0;
+      if (over)
+        f << "LSE BAR EXCEEDED in " << m.lse_rows_over_bound << " of " << lse_rows.size() << " rows; worst";
+      else
+        f << "LSE within its bar in all " << lse_rows.size() << " rows; nearest";
+      f << " at batch " << w.b << ", row " << w.r << ", head " << w.h << ": |lse - exact| = " << w.err
+        << (over ? " > " : " <= ") << "row bound " << lse_row_bound(w) << " (" << 100 * m.lse_worst_fraction
+        << "% of it; = 2*" << m.emul_lse_max_abs_err << " + " << kLseAbsoluteSlack << " + 2^-11*M_row, M_row = "
+        << w.score_magnitude << "); lse=" << w.lse << " exact=" << w.exact << " emulation=" << w.emulation
+        << "\n  max|lse - exact| over the case = " << m.lse_max_abs_err << ", largest row bound " << m.lse_bound
+        << ", largest M_row " << m.lse_max_score_magnitude << "\n";
+    }
   }
   f << "  case: " << c.describe();
   m.failure = f.str();
@@ -682,9 +895,10 @@ void expect_case_passes(const Case& c, Metrics* metrics) {
                            << "\n  case: " << c.describe();
   const Metrics m = problem.check(problem.download());
   std::printf(
-      "[  metrics ] max_err %.3g <= %.3g (%.0f%% of the bar)  rel_rms %.3f%% (emulation %.3f%%)  lse_err %.2g\n",
+      "[  metrics ] max_err %.3g <= %.3g (%.0f%% of the bar)  rel_rms %.3f%% (emulation %.3f%%)  lse_err %.2g "
+      "(worst row at %.0f%% of its bar)\n",
       m.max_abs_err, m.bound, m.bound > 0 ? 100 * m.max_abs_err / m.bound : 0.0, 100 * m.rel_rms, 100 * m.emul_rel_rms,
-      m.lse_max_abs_err);
+      m.lse_max_abs_err, 100 * m.lse_worst_fraction);
   if (metrics) *metrics = m;
   EXPECT_TRUE(m.passed) << m.failure;
 }

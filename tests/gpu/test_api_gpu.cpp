@@ -208,6 +208,18 @@ TEST(FwdStream, RunsOnTheGivenStreamOnly) {
   cudaStream_t stream = nullptr, probe = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(cudaStreamCreateWithFlags(&probe, cudaStreamNonBlocking), cudaSuccess);
+
+  // Warm-up: the same call once, run to completion, before any stream is blocked. With CUDA's lazy module
+  // loading (the default since CUDA 12) the first launch of a kernel in the process loads its module, and that
+  // load may wait for the device (work already queued, such as the host function below) — inside the CUDA
+  // runtime, outside fp8attn's control. If this test runs first in the binary, fwd() would be that first
+  // launch and would stall until the gate's watchdog opened it. CUDA_MODULE_LOADING=EAGER would also avoid
+  // it; warming up keeps the test independent of the environment and of test order. Every kernel this call
+  // launches (split and combine alike: same params, same heuristic) is loaded after this.
+  const fp8attn::Status warm_up = problem.run(stream);
+  ASSERT_TRUE(warm_up.ok()) << "warm-up call: " << warm_up.message();
+  ASSERT_FALSE(Problem::untouched(problem.download(stream))) << "warm-up call wrote nothing";
+
   problem.poison(stream);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
 

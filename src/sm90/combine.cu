@@ -1,0 +1,87 @@
+// fp8attn: split-KV combine. Each split wrote its rows' O (normalised within the split, v_descale applied)
+// and LSE; the combined row is O = sum_s exp(lse_s - lse) O_s with lse = log(sum_s exp(lse_s) + exp(sink)).
+// The sink joins here, once, because each split would otherwise count it. One warp per (row, q head);
+// lanes own column pairs, so partial-O reads are coalesced along dv. Deterministic for a fixed split count.
+#include "sm90/combine.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+namespace fp8attn::sm90 {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(const CombineArgs args) {
+  const int warp_global = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int row = warp_global / args.num_heads_q;
+  const int head = warp_global % args.num_heads_q;
+  if (row >= args.partial_rows) { return; }
+  // Varlen: rows past the last sequence (padding up to total_q) belong to no sequence and stay untouched.
+  if (args.cu_seqlens_q != nullptr && row >= args.cu_seqlens_q[args.batch]) { return; }
+
+  const float* lse_partial = args.lse_partial + int64_t(head) * args.partial_rows + row;
+  const int64_t lse_split_stride = int64_t(args.num_heads_q) * args.partial_rows;
+  float lse_max = -INFINITY;
+  for (int s = 0; s < args.num_splits; ++s) { lse_max = fmaxf(lse_max, lse_partial[s * lse_split_stride]); }
+  float sink = -INFINITY;
+  if (args.sink != nullptr) {
+    sink = args.sink_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[head])
+                             : static_cast<const float*>(args.sink)[head];
+    lse_max = fmaxf(lse_max, sink);
+  }
+  float lse = -INFINITY;
+  if (lse_max != -INFINITY) {
+    float sum = sink == -INFINITY ? 0.f : expf(sink - lse_max);
+    for (int s = 0; s < args.num_splits; ++s) { sum += expf(lse_partial[s * lse_split_stride] - lse_max); }
+    lse = lse_max + logf(sum);
+  }
+
+  // Dense rows are b * seqlen_q + t; varlen rows are already packed offsets (batch coordinate 0).
+  int64_t out_row_offset, lse_offset;
+  if (args.cu_seqlens_q != nullptr) {
+    out_row_offset = int64_t(row) * args.o_row_stride;
+    lse_offset = int64_t(head) * args.lse_head_stride + row;
+  } else {
+    const int b = row / args.seqlen_q, t = row % args.seqlen_q;
+    out_row_offset = int64_t(b) * args.o_batch_stride + int64_t(t) * args.o_row_stride;
+    lse_offset = int64_t(b) * args.lse_batch_stride + int64_t(head) * args.lse_head_stride + t;
+  }
+  const int64_t out_offset = out_row_offset + int64_t(head) * args.o_head_stride;
+  const float* o_partial = args.o_partial + (int64_t(row) * args.num_heads_q + head) * args.head_dim_v;
+  const int64_t o_split_stride = int64_t(args.partial_rows) * args.num_heads_q * args.head_dim_v;
+  for (int col = 2 * lane; col < args.head_dim_v; col += 64) {
+    float2 acc = make_float2(0.f, 0.f);
+    if (lse != -INFINITY) {
+      for (int s = 0; s < args.num_splits; ++s) {
+        const float weight = expf(lse_partial[s * lse_split_stride] - lse);
+        const float2 o = *reinterpret_cast<const float2*>(o_partial + s * o_split_stride + col);
+        acc.x = fmaf(weight, o.x, acc.x);
+        acc.y = fmaf(weight, o.y, acc.y);
+      }
+    }
+    if (args.out_is_bf16) {
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(args.out) + out_offset + col) =
+          __floats2bfloat162_rn(acc.x, acc.y);
+    } else {
+      *reinterpret_cast<__half2*>(static_cast<__half*>(args.out) + out_offset + col) = __floats2half2_rn(acc.x, acc.y);
+    }
+  }
+  if (args.lse != nullptr && lane == 0) { args.lse[lse_offset] = lse; }
+}
+
+}  // namespace
+
+cudaError_t launch_combine(const CombineArgs& args, cudaStream_t stream) {
+  const int64_t warps = int64_t(args.partial_rows) * args.num_heads_q;
+  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (blocks == 0) { return cudaSuccess; }
+  combine_kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+}  // namespace fp8attn::sm90

@@ -1,0 +1,437 @@
+// fp8attn GPU tests: the KV-cache (vLLM serving) matrix against the CPU references (SPEC §1 Paged K/V,
+// SplitKV, Decode launches; §2 vLLM's call; §3 accuracy).
+//
+// The factors, crossed in full, are ~10^6 calls; the CPU side (seeded E4M3 inputs, one value at a
+// time, and the fp64 reference) is the budget. KvCacheMatrix crosses the factors that pick the load path,
+// the launch and the combine:
+//   K/V layout   paged with 16/32/64/128/256-token pages (page-aligned TMA boxes of gcd(page, tile_n) rows)
+//                and a dense cache read through seqused_k
+//   head dims    (64,64) (96,96) (128,128) (192,192) (256,256) (192,128)
+//   num_splits   1, 3 (exactly three, some of them empty for short sequences) and 0 (the heuristic)
+//   batch kind   decode (1 token per request), speculative decode (1-8 tokens per request) and a mixed
+//                batch (one chunked-prefill request of 37 or 300 tokens among decode requests)
+// = 324 cases, and rotates the rest deterministically over the case index:
+//   mask         none / causal / causal + window (63, 0) / causal + window (1023, 0), vLLM's (w-1, 0) for
+//                w = 64 and 1024: the sum of the four indices above mod 4, so every mask meets every layout,
+//                head dim, split count and batch kind
+//   heads        MHA 4:4, GQA 8:2 (ratio 4), GQA 16:2 (ratio 8), MQA 8:1
+//   key lengths  per request from kKeyLengths (odd lengths around page and tile edges: 1, 15, 16, 17, 255,
+//                1000...), one request of 4097 keys in one case of 7, and one 20000-key request in six cases
+//                (one per layout, one per head dim)
+//   q layout     decode: vLLM's varlen q (cu_seqlens_q, with NaN padding rows past the last request as under
+//                CUDA-graph padding) in two cases of three, else dense q [batch, 1, ...] (flash_attn_with_kvcache);
+//                half of the dense-q decode cases pass max_seqlen_k = 8192 as a graph-style bound
+//   descales     q, k and v each cycle through none / scalar / (B,Hkv) / stride (0,0) / stride (0,1)
+//   sink         none / f32 / bf16;  out fp16 / bf16;  LSE off in one case of 7
+//   strided      one case in 4: K/V as views of one interleaved cache [pages, 2, page, Hkv, d+pad], padded
+//                q/out/lse strides and a column-sliced block table (row stride > width). The unstrided paged
+//                layout is vLLM's own cache [2, num_pages, page, Hkv, d] (K then V, unpadded).
+// Every paged case uses the harness's hostile layout: pages shuffled over the cache, spare pages NaN,
+// block-table entries past each request's last page an invalid page id, K/V rows past seqused_k NaN.
+// KvCacheEdgeCases adds the decode shapes of bench/decode_shapes.json (reduced batch; three with
+// max_seqlen_k = 32768 as vLLM captures them), empty requests (seqused_k = 0), more splits than KV blocks,
+// fully masked rows, exact page multiples and pages of 48/80 tokens. vLLM's exact cache with a column-sliced block table under CUDA graphs is in test_cuda_graph.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace fp8attn_test {
+namespace {
+
+struct NamedCase {
+  std::string name;
+  Case c;
+};
+
+// gtest prints a failing parameter with this: the whole description instead of raw bytes.
+void PrintTo(const NamedCase& nc, std::ostream* os) { *os << nc.c.describe(); }
+
+struct LayoutSpec {
+  const char* name;
+  int page_size;  // 0: dense cache + seqused_k
+};
+struct HeadDims {
+  int d, dv;
+};
+struct MaskSpec {
+  const char* name;
+  bool causal;
+  int left, right;
+};
+struct HeadsSpec {
+  const char* name;
+  int q, kv;
+};
+enum class BatchKind { kDecode, kSpecDecode, kMixed };
+
+constexpr LayoutSpec kLayouts[] = {{"page16", 16}, {"page32", 32},   {"page64", 64},
+                                   {"page128", 128}, {"page256", 256}, {"densekv", 0}};
+constexpr HeadDims kHeadDims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}, {192, 128}};
+constexpr int kSplits[] = {1, 3, 0};
+constexpr BatchKind kBatchKinds[] = {BatchKind::kDecode, BatchKind::kSpecDecode, BatchKind::kMixed};
+// vLLM passes causal=True with window (w-1, 0) for sliding-window layers.
+constexpr MaskSpec kMasks[] = {
+    {"nomask", false, -1, -1}, {"causal", true, -1, -1}, {"causal_w64", true, 63, 0}, {"causal_w1024", true, 1023, 0}};
+constexpr HeadsSpec kHeads[] = {{"mha4x4", 4, 4}, {"gqa8x2", 8, 2}, {"gqa16x2", 16, 2}, {"mqa8x1", 8, 1}};
+constexpr HeadsSpec kMqa = kHeads[3];
+// Key lengths of the requests: the list and lengths on either side of page (16..256) and KV tile
+// (64, 96, 128) edges, in an order that puts short and long ones side by side.
+constexpr int kKeyLengths[] = {1, 15, 16, 17, 255, 1000, 31, 64, 129, 257, 511, 100, 3, 47, 200, 96};
+constexpr int kNumKeyLengths = sizeof(kKeyLengths) / sizeof(kKeyLengths[0]);
+constexpr DescaleForm kDescaleForms[] = {DescaleForm::kNone, DescaleForm::kScalar, DescaleForm::kPerBatchHead,
+                                         DescaleForm::kBroadcastAll, DescaleForm::kBroadcastBatch};
+constexpr SinkType kSinks[] = {SinkType::kNone, SinkType::kF32, SinkType::kBF16};
+// max_seqlen_k of the graph-style dense-q decode cases (vLLM captures with max_model_len).
+constexpr int kGraphMaxSeqlenK = 8192;
+
+std::string head_dims_label(const HeadDims& hd) {
+  return hd.d == hd.dv ? "d" + std::to_string(hd.d) : "d" + std::to_string(hd.d) + "x" + std::to_string(hd.dv);
+}
+
+const char* batch_kind_label(BatchKind kind) {
+  switch (kind) {
+    case BatchKind::kDecode:
+      return "decode";
+    case BatchKind::kSpecDecode:
+      return "specdec";
+    case BatchKind::kMixed:
+      return "mixed";
+  }
+  return "?";
+}
+
+const char* sink_label(SinkType sink) {
+  return sink == SinkType::kF32 ? "_sinkf32" : sink == SinkType::kBF16 ? "_sinkbf16" : "";
+}
+
+std::string splits_label(int num_splits) {
+  return num_splits == 0 ? "splits_auto" : "splits" + std::to_string(num_splits);
+}
+
+// Puts the case's K/V in `layout`: a paged cache, or a dense cache [batch, rows, ...] read through seqused_k.
+void set_kv_layout(Case* c, const LayoutSpec& layout, int spare) {
+  c->seqused_k = true;
+  if (layout.page_size > 0) {
+    c->kv = KvLayout::kPaged;
+    c->page_size = layout.page_size;
+    c->spare_pages = spare;
+  } else {
+    c->kv = KvLayout::kDense;
+    c->spare_k_rows = 5 * spare;
+  }
+}
+
+std::vector<NamedCase> matrix_cases() {
+  std::vector<NamedCase> cases;
+  int i = 0;
+  for (int layout_i = 0; layout_i < 6; ++layout_i) {
+    for (int hd_i = 0; hd_i < 6; ++hd_i) {
+      for (int split_i = 0; split_i < 3; ++split_i) {
+        for (int kind_i = 0; kind_i < 3; ++kind_i, ++i) {
+          const LayoutSpec& layout = kLayouts[layout_i];
+          const HeadDims& hd = kHeadDims[hd_i];
+          const BatchKind kind = kBatchKinds[kind_i];
+          const MaskSpec& mask = kMasks[(layout_i + hd_i + split_i + kind_i) % 4];
+          // One 20000-key request per layout (each with another head dim), on MQA to bound the CPU work.
+          const bool very_long = kind == BatchKind::kDecode && hd_i == layout_i && split_i == layout_i % 3;
+          const bool long_request = !very_long && i % 7 == 2;
+          const HeadsSpec& heads = very_long ? kMqa : kHeads[(i + i / 4) % 4];
+
+          Case c;
+          c.head_dim = hd.d;
+          c.head_dim_v = hd.dv;
+          c.heads_q = heads.q;
+          c.heads_kv = heads.kv;
+          c.causal = mask.causal;
+          c.window_left = mask.left;
+          c.window_right = mask.right;
+          c.num_splits = kSplits[split_i];
+          c.descale_q = kDescaleForms[i % 5];
+          c.descale_k = kDescaleForms[(i + 1 + i / 5) % 5];
+          c.descale_v = kDescaleForms[(i + 3 + i / 25) % 5];
+          c.sink = kSinks[(i / 3) % 3];
+          c.out_dtype = (i / 2) % 2 ? FP8ATTN_DTYPE_F16 : FP8ATTN_DTYPE_BF16;
+          c.strided = i % 4 == 1;
+          c.lse = i % 7 != 5;
+          c.seed = 20000 + i;
+          set_kv_layout(&c, layout, 1 + i % 5);
+
+          // Requests: (q tokens, keys). Keys never fall below the request's q tokens (vLLM's query tokens
+          // are the last ones of the context); the edge cases cover the other way round.
+          const int batch = kind == BatchKind::kMixed ? 4 : 3;
+          const bool dense_q = kind == BatchKind::kDecode && (i / 3) % 3 == 0;
+          std::vector<int> q_tokens(batch, 1), keys(batch);
+          for (int b = 0; b < batch; ++b) keys[b] = kKeyLengths[(i * 5 + b * 7) % kNumKeyLengths];
+          if (kind == BatchKind::kSpecDecode)
+            for (int b = 0; b < batch; ++b) q_tokens[b] = 1 + (i / 3 + 3 * b) % 8;
+          std::string prefill;
+          const int prefill_at = (i / 3) % batch;
+          if (kind == BatchKind::kMixed) {
+            // One chunked-prefill request among decode requests: 37 tokens (continuing a 37..4097-key
+            // context) or, in one mixed case of 3, 300 tokens (a fresh 300-token prompt or a 1000-key context).
+            const int at = prefill_at;
+            const bool big = (i / 3) % 3 == 1;
+            constexpr int kSmallPrefillKeys[] = {37, 255, 1000, 4097};
+            q_tokens[at] = big ? 300 : 37;
+            keys[at] = big ? ((i / 9) % 2 ? 1000 : 300) : kSmallPrefillKeys[(i / 9) % 4];
+            prefill = "_prefill" + std::to_string(q_tokens[at]) + "of" + std::to_string(keys[at]);
+          }
+          if (very_long) keys[0] = 20000;
+          if (long_request) keys[(prefill_at + 1) % batch] = 4097;  // a decode request, never the prefill one
+          for (int b = 0; b < batch; ++b) keys[b] = std::max(keys[b], q_tokens[b]);
+
+          c.batch = batch;
+          c.seqlens_q = q_tokens;
+          c.seqlens_k = keys;
+          c.varlen_q = !dense_q;
+          if (c.varlen_q) c.spare_q_rows = (i / 3) % 2 ? 5 : 0;
+          if (dense_q && (i / 9) % 2 == 1)
+            c.extra_max_seqlen = kGraphMaxSeqlenK - *std::max_element(keys.begin(), keys.end());
+          if (c.extra_max_seqlen < 0) c.extra_max_seqlen = 0;
+
+          std::string name = std::string(layout.name) + "_" + head_dims_label(hd) + "_" + splits_label(c.num_splits) +
+                             "_" + batch_kind_label(kind) + prefill + "_" + mask.name + "_" + heads.name +
+                             (very_long ? "_k20000" : long_request ? "_k4097" : "") + (dense_q ? "_denseq" : "") +
+                             (c.extra_max_seqlen > 0 ? "_maxk8192" : "") + (c.strided ? "_strided" : "") +
+                             sink_label(c.sink) + "_" + dtype_label(c.out_dtype) + (c.lse ? "" : "_nolse");
+          cases.push_back({name, c});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+// A paged, varlen-q case with defaults the edge cases start from.
+Case paged_case(int d, int dv, int heads_q, int heads_kv, int page_size, std::vector<int> seqlens_q,
+                std::vector<int> seqlens_k, uint64_t seed) {
+  Case c;
+  c.head_dim = d;
+  c.head_dim_v = dv;
+  c.heads_q = heads_q;
+  c.heads_kv = heads_kv;
+  c.kv = KvLayout::kPaged;
+  c.page_size = page_size;
+  c.seqused_k = true;
+  c.batch = static_cast<int>(seqlens_q.size());
+  c.seqlens_q = std::move(seqlens_q);
+  c.seqlens_k = std::move(seqlens_k);
+  c.varlen_q = true;
+  c.seed = seed;
+  return c;
+}
+
+// vLLM's decode call: causal, k/v descales expanded from per-tensor scales (stride (0, 0)), bf16 out.
+void set_vllm_decode(Case* c) {
+  c->causal = true;
+  c->descale_q = DescaleForm::kBroadcastAll;
+  c->descale_k = DescaleForm::kBroadcastAll;
+  c->descale_v = DescaleForm::kBroadcastAll;
+  c->out_dtype = FP8ATTN_DTYPE_BF16;
+}
+
+// The same q tokens for every request as dense q [batch, tokens, ...], so that max_seqlen_k can be the
+// graph-style bound without raising max_seqlen_q (the harness's extra_max_seqlen raises both for varlen q).
+void use_dense_q_with_max_seqlen_k(Case* c, int max_seqlen_k) {
+  c->varlen_q = false;
+  c->spare_q_rows = 0;
+  c->extra_max_seqlen = max_seqlen_k - *std::max_element(c->seqlens_k.begin(), c->seqlens_k.end());
+}
+
+std::vector<NamedCase> edge_cases() {
+  std::vector<NamedCase> cases;
+  uint64_t seed = 30000;
+  auto add = [&](const std::string& name, const Case& c) { cases.push_back({name, c}); };
+
+  // ---- bench/decode_shapes.json at reduced batch, max_seqlen_k = 32768 as vLLM captures them ----
+  {  // llama3.1-8b-tp1: Hq 32, Hkv 8, d 128, 1 token, 4k context.
+    Case c = paged_case(128, 128, 32, 8, 16, {1, 1}, {4096, 4096}, seed++);
+    set_vllm_decode(&c);
+    use_dense_q_with_max_seqlen_k(&c, 32768);
+    add("bench_llama8b_32x8_d128_ctx4096_splits_auto", c);
+  }
+  {  // The same shape, split 3 ways, 4 speculative tokens, odd contexts.
+    Case c = paged_case(128, 128, 32, 8, 16, {4, 4}, {4097, 1023}, seed++);
+    set_vllm_decode(&c);
+    c.num_splits = 3;
+    c.descale_k = c.descale_v = DescaleForm::kBroadcastBatch;
+    add("bench_llama8b_32x8_d128_q4_splits3", c);
+  }
+  {  // gemma4-31b-tp4: Hq 8, Hkv 4, d 256, 4 tokens, window 1023.
+    Case c = paged_case(256, 256, 8, 4, 16, {4, 4}, {4096, 2500}, seed++);
+    set_vllm_decode(&c);
+    c.window_left = 1023;
+    c.window_right = 0;
+    use_dense_q_with_max_seqlen_k(&c, 32768);
+    add("bench_gemma31b_8x4_d256_q4_w1024_splits_auto", c);
+  }
+  {  // llama3.1-70b-tp4: Hq 16, Hkv 2, d 128, 1 token.
+    Case c = paged_case(128, 128, 16, 2, 16, {1, 1, 1, 1}, {4096, 1000, 2047, 17}, seed++);
+    set_vllm_decode(&c);
+    c.descale_k = c.descale_v = DescaleForm::kBroadcastBatch;
+    c.sink = SinkType::kBF16;
+    add("bench_llama70b_16x2_d128_varlen_splits_auto", c);
+  }
+  {  // qwen3-32b-tp2: Hq 32, Hkv 4 (ratio 8), d 128, 1 token, graph bound 32768.
+    Case c = paged_case(128, 128, 32, 4, 16, {1, 1, 1}, {8192, 300, 5}, seed++);
+    set_vllm_decode(&c);
+    use_dense_q_with_max_seqlen_k(&c, 32768);
+    add("bench_qwen32b_32x4_d128_ctx8192_splits_auto", c);
+  }
+
+  // ---- empty requests (graph padding slots), fully masked rows ----
+  {  // seqused_k = 0: out 0, LSE -inf; with every split of three empty for the short requests.
+    Case c = paged_case(128, 128, 8, 2, 16, {1, 1, 1, 1}, {0, 17, 0, 300}, seed++);
+    c.causal = true;
+    c.num_splits = 3;
+    add("empty_requests_page16_splits3", c);
+  }
+  {  // The same with a sink: out 0, LSE = the sink logit; heuristic splits.
+    Case c = paged_case(64, 64, 8, 1, 64, {1, 1, 1}, {300, 0, 0}, seed++);
+    c.causal = true;
+    c.sink = SinkType::kF32;
+    c.out_dtype = FP8ATTN_DTYPE_F16;
+    add("empty_requests_sink_page64_splits_auto", c);
+  }
+  {  // Every request empty: nothing to attend to anywhere.
+    Case c = paged_case(256, 256, 4, 4, 256, {1, 2}, {0, 0}, seed++);
+    c.causal = true;
+    c.num_splits = 3;
+    add("all_requests_empty_page256_splits3", c);
+  }
+  {  // More q tokens than keys (causal, bottom-right): the first rows of each request see no key.
+    Case c = paged_case(96, 96, 8, 2, 32, {8, 5}, {3, 1}, seed++);
+    c.causal = true;
+    c.num_splits = 3;
+    c.sink = SinkType::kBF16;
+    add("q_tokens_beyond_keys_page32_splits3", c);
+  }
+  {  // A window of one key: each row sees only its diagonal key.
+    Case c = paged_case(192, 128, 8, 2, 16, {4, 1}, {1000, 33}, seed++);
+    c.causal = true;
+    c.window_left = 0;
+    c.window_right = 0;
+    c.num_splits = 3;
+    add("diagonal_window_page16_splits3", c);
+  }
+
+  // ---- splits and pages at the edges ----
+  {  // Far more splits than KV blocks: most splits are empty and the combine must ignore them.
+    Case c = paged_case(128, 128, 8, 2, 16, {1, 3, 1}, {17, 129, 1}, seed++);
+    c.causal = true;
+    c.num_splits = 64;
+    c.descale_q = c.descale_k = c.descale_v = DescaleForm::kPerBatchHead;
+    add("splits64_short_requests_page16", c);
+  }
+  {  // Splits 7 over a long context: split edges fall inside pages and tiles.
+    Case c = paged_case(64, 64, 8, 1, 32, {1, 2}, {5003, 777}, seed++);
+    c.causal = true;
+    c.num_splits = 7;
+    c.sink = SinkType::kF32;
+    add("splits7_long_page32", c);
+  }
+  {  // Lengths at exact page multiples (the last page full) for 16-token pages and 256-token pages.
+    Case c = paged_case(128, 128, 4, 4, 16, {1, 1, 2, 1}, {16, 32, 256, 512}, seed++);
+    c.causal = true;
+    add("exact_page_multiples_page16", c);
+    c = paged_case(128, 128, 4, 1, 256, {1, 1, 2, 1}, {256, 512, 768, 255}, seed++);
+    c.causal = true;
+    c.num_splits = 3;
+    add("exact_page_multiples_page256_splits3", c);
+  }
+  {  // Pages of 48 and 80 tokens (multiples of 16 that divide no tile width): 16-row TMA boxes.
+    Case c = paged_case(128, 128, 8, 2, 48, {1, 4, 37}, {1000, 97, 300}, seed++);
+    c.causal = true;
+    c.window_left = 63;
+    c.window_right = 0;
+    add("page48_mixed", c);
+    c = paged_case(256, 256, 4, 1, 80, {1, 2}, {1000, 161}, seed++);
+    c.causal = true;
+    c.num_splits = 3;
+    add("page80_decode_splits3", c);
+  }
+  {  // One page in the whole cache besides the spares, and many spare NaN pages.
+    Case c = paged_case(64, 64, 4, 4, 128, {1}, {100}, seed++);
+    c.spare_pages = 40;
+    add("single_page_many_spares_page128", c);
+  }
+  {  // Large GQA ratio (16): 4 tokens x 16 heads = 64 packed rows per KV head, then 5 tokens (80 rows).
+    Case c = paged_case(128, 128, 16, 1, 16, {4, 4}, {1025, 300}, seed++);
+    c.causal = true;
+    add("gqa16_q4_packed64_page16", c);
+    c = paged_case(128, 128, 16, 1, 16, {5, 5}, {1025, 300}, seed++);
+    c.causal = true;
+    c.num_splits = 3;
+    add("gqa16_q5_packed80_page16_splits3", c);
+  }
+  {  // Mixed batch with a long prefill chunk and the strided layout (interleaved cache, sliced table).
+    Case c = paged_case(192, 192, 8, 2, 64, {1, 300, 2, 1}, {4097, 1000, 3, 256}, seed++);
+    c.causal = true;
+    c.strided = true;
+    c.spare_q_rows = 7;
+    c.sink = SinkType::kBF16;
+    c.descale_q = DescaleForm::kScalar;
+    c.descale_k = DescaleForm::kBroadcastBatch;
+    c.descale_v = DescaleForm::kPerBatchHead;
+    add("mixed_prefill300_strided_page64", c);
+  }
+  {  // Non-causal sliding window with a right side (not vLLM's, but the API allows it) over pages.
+    Case c = paged_case(128, 128, 8, 2, 32, {3, 8}, {500, 40}, seed++);
+    c.window_left = 100;
+    c.window_right = 2;
+    c.num_splits = 3;
+    add("window_left100_right2_page32_splits3", c);
+  }
+  return cases;
+}
+
+std::string case_name(const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; }
+
+// Collects the closest approach to the error bar over a suite and prints it once at the end.
+class KvCacheCase : public ::testing::TestWithParam<NamedCase> {
+ protected:
+  static void TearDownTestSuite() {
+    if (cases_ == 0) return;
+    std::printf("[  summary ] %d cases checked; closest to the bar: %s at %.0f%% of it; largest rel RMS %.3f%%\n",
+                cases_, closest_name_.c_str(), 100 * closest_ratio_, 100 * largest_rel_rms_);
+    cases_ = 0;
+    closest_ratio_ = largest_rel_rms_ = 0;
+  }
+
+  void Check() {
+    Metrics m;
+    expect_case_passes(GetParam().c, &m);
+    if (m.checked_elements == 0) return;  // skipped, or nothing to compare
+    ++cases_;
+    const double ratio = m.bound > 0 ? m.max_abs_err / m.bound : 0;
+    if (ratio >= closest_ratio_) {
+      closest_ratio_ = ratio;
+      closest_name_ = GetParam().name;
+    }
+    if (m.rel_rms > largest_rel_rms_) largest_rel_rms_ = m.rel_rms;
+  }
+
+ private:
+  static inline int cases_ = 0;
+  static inline double closest_ratio_ = 0;
+  static inline double largest_rel_rms_ = 0;
+  static inline std::string closest_name_;
+};
+
+class KvCacheMatrix : public KvCacheCase {};
+class KvCacheEdgeCases : public KvCacheCase {};
+
+TEST_P(KvCacheMatrix, MatchesReference) { Check(); }
+TEST_P(KvCacheEdgeCases, MatchesReference) { Check(); }
+
+INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheMatrix, ::testing::ValuesIn(matrix_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheEdgeCases, ::testing::ValuesIn(edge_cases()), case_name);
+
+}  // namespace
+}  // namespace fp8attn_test
