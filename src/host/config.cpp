@@ -36,6 +36,8 @@ ProblemShape describe_problem(const fp8attn_fwd_params& p, const DeviceInfo& dev
 
 namespace {
 
+constexpr int kMaxGridZ = 65535;
+
 int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
 // Fraction of the rows of the M tiles that hold real rows.
@@ -45,10 +47,13 @@ double m_tile_efficiency(int64_t rows, int block_m) {
 
 int block_m_for_rows(int64_t rows) { return rows <= 64 ? 64 : 128; }
 
-// KV blocks one query tile visits at most: the whole key range, or the window plus the tile's own span.
+// KV blocks one query tile visits at most: the whole key range, or, with a window bounded on both sides,
+// the window plus the tile's own span (and one block of misalignment).
 int max_kv_blocks(const ProblemShape& p, int block_n, int block_m) {
   int64_t keys = p.max_seqlen_k;
-  if (p.window_left >= 0) { keys = std::min<int64_t>(keys, int64_t(p.window_left) + block_m + block_n); }
+  if (p.window_left >= 0 && p.window_right >= 0) {
+    keys = std::min<int64_t>(keys, int64_t(p.window_left) + p.window_right + block_m + block_n);
+  }
   return std::max(1, ceil_div(keys, block_n));
 }
 
@@ -100,6 +105,8 @@ KernelConfig select_config(const ProblemShape& problem) {
                      ? problem.num_splits_requested
                      : split_heuristic(ctas, max_kv_blocks(problem, c.key.block_n, c.key.block_m),
                                        problem.num_sms * c.ctas_per_sm);
+  // gridDim.z = batch * splits may not exceed 65535 (only reachable with huge batches and explicit splits).
+  c.num_splits = std::max(1, std::min(c.num_splits, kMaxGridZ / std::max(1, problem.batch)));
   c.partial_rows = problem.total_q;
   c.grid_x = problem.max_seqlen_q > 0 ? static_cast<unsigned>(c.num_m_blocks) : 0u;
   c.grid_y = static_cast<unsigned>(heads);
