@@ -55,13 +55,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   vload_params.role = is_producer ? PipelineVLoad::ThreadCategory::ProducerConsumer
                                   : PipelineVLoad::ThreadCategory::NonParticipant;
   vload_params.is_leader = threadIdx.x == 0;
-  vload_params.num_consumers = Traits::kNumProducerThreads;
+  vload_params.num_consumers = Traits::kNumTransposeThreads;
   vload_params.transaction_bytes = Traits::kBytesV;
   PipelineVLoad pipeline_vload(smem.pipeline_vload, vload_params, Shape<_1, _1, _1>{});
 
   typename PipelineVt::Params vt_params;
   vt_params.role = is_producer ? PipelineVt::ThreadCategory::Producer : PipelineVt::ThreadCategory::Consumer;
-  vt_params.producer_arv_count = Traits::kNumProducerThreads;
+  vt_params.producer_arv_count = Traits::kNumTransposeThreads;
   vt_params.consumer_arv_count = Traits::kNumMmaThreads;
   PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
 

@@ -48,11 +48,14 @@ struct KernelTraits {
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = 2;  // K, V-as-loaded and V^T each double-buffered
+  // K, V as loaded and V^T pipelines. Three stages let the load warp run two tiles ahead of the MMA
+  // warpgroups; two-CTA (decode) kernels keep two so that two CTAs fit in an SM's shared memory.
+  static constexpr int kStages = ctas_per_sm_for(kBlockM_, kHeadDimV_) == 2 ? 2 : 3;
   static constexpr bool kTwoLevel = kTwoLevel_;
 
   static constexpr int kNumMmaWarpgroups = kBlockM / 64;
   static constexpr int kNumProducerThreads = 128;
+  static constexpr int kNumTransposeThreads = 96;  // producer warps 1-3; warp 0 issues the loads
   static constexpr int kNumMmaThreads = 128 * kNumMmaWarpgroups;
   static constexpr int kNumThreads = kNumProducerThreads + kNumMmaThreads;
   static constexpr int kCtasPerSm = ctas_per_sm_for(kBlockM, kHeadDimV);
@@ -74,8 +77,6 @@ struct KernelTraits {
   static_assert(kBlockN % 32 == 0 && kBlockN <= 256, "block_n is a multiple of the FP8 WGMMA K step (32)");
   static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0, "head dims are multiples of 32");
   static_assert(kHeadDimV % kPvChunk == 0 && kPvChunk % 8 == 0 && kPvChunk <= 256, "PV chunk is a WGMMA N");
-  // The V transpose moves 16 keys x 32 dv bytes per ldmatrix.x4/stmatrix.x4 and spreads them over 4 warps.
-  static_assert((kBlockN / 16) * (kHeadDimV / 32) % 4 == 0, "V transpose units must split over 4 warps");
 
   using AtomLayoutMma = Layout<Shape<Int<kNumMmaWarpgroups>, _1, _1>>;
   // S = Q K^T: (kBlockM, kBlockN) accumulated over kHeadDim.

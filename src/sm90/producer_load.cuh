@@ -1,10 +1,11 @@
 // fp8attn SM90 forward, producer warpgroup: TMA loads of Q, K and V, and the V transpose.
 //
 // FP8 WGMMA reads B only K-major, but V is stored [keys, dv] (dv contiguous) and TMA cannot transpose.
-// So V lands row-major in sVLoad, and the four producer warps rewrite it into the K-major sVt
-// (ldmatrix.trans, byte permutes, stmatrix) for the MMA warpgroups, through a second pipeline. The
-// transpose of block n runs while the TMA of block n-1 is in flight and the MMA warpgroups work on
-// block n+1 (blocks are visited from the last to the first).
+// So V lands row-major in sVLoad, and producer warps rewrite it into the K-major sVt (ldmatrix.trans,
+// byte permutes, stmatrix) for the MMA warpgroups, through a second pipeline. Warp 0 only issues loads, so
+// it runs ahead by as many tiles as there are stages; warps 1-3 only transpose. The transpose of block n
+// runs while later blocks' loads are in flight and the MMA warpgroups work on block n+1 (blocks are
+// visited from the last to the first).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -34,7 +35,8 @@ struct ProducerLoad {
 
   // Transpose units: 16 keys x 32 dv bytes each (one ldmatrix.x4.trans + one stmatrix.x4 per warp).
   static constexpr int kKeyGroups = kBlockN / 16;
-  static constexpr int kUnitsPerWarp = kKeyGroups * (kHeadDimV / 32) / 4;
+  static constexpr int kTransposeUnits = kKeyGroups * (kHeadDimV / 32);
+  static constexpr int kTransposeWarps = Traits::kNumTransposeThreads / 32;
 
   template <class Params>
   CUTE_DEVICE static void run(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
@@ -68,13 +70,10 @@ struct ProducerLoad {
     Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
     Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
 
-    PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
-    PipelineState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
-    PipelineState transpose_read_state;  // consumer side of pipeline_vload
-    PipelineState transpose_write_state = cutlass::make_producer_start_state<PipelineVt>();
-
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      if (warp == 0) {
+    if (warp == 0) {
+      PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
+      PipelineState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
+      for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
         // Lane b loads box b of the tile (16 rows of K and of V). Lane 0 first waits for the stage to be
         // free and posts the tile's byte count on its barrier; then the boxes go out from their lanes.
         int box_row, box_batch;
@@ -98,14 +97,14 @@ struct ProducerLoad {
         }
         ++load_k_state;
       }
-      __syncwarp();  // ldmatrix/stmatrix below are warp-collective: reconverge warp 0 after the issue
-      if (n_block + 1 < range.n_block_max) {
-        transpose_v(sVLoad, sVt, pipeline_vload, pipeline_vt, transpose_read_state, transpose_write_state,
-                    seq.seqlen_k - (n_block + 1) * kBlockN, warp, lane);
+    } else {
+      PipelineState read_state;  // consumer side of pipeline_vload
+      PipelineState write_state = cutlass::make_producer_start_state<PipelineVt>();
+      for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+        transpose_v(sVLoad, sVt, pipeline_vload, pipeline_vt, read_state, write_state,
+                    seq.seqlen_k - n_block * kBlockN, warp - 1, lane);
       }
     }
-    transpose_v(sVLoad, sVt, pipeline_vload, pipeline_vt, transpose_read_state, transpose_write_state,
-                seq.seqlen_k - range.n_block_min * kBlockN, warp, lane);
   }
 
   // Warp 0, lane b: TMA coordinates (first row, batch or page) of box b of tile n_block. Paged K/V looks up
@@ -165,14 +164,14 @@ struct ProducerLoad {
     smem.barrier_q.arrive();
   }
 
-  // Rewrites one V tile, [keys, dv] in sVLoad, as [dv, key slots] in sVt. Within every 16 keys k0..k0+15,
+  // Warps 1-3 (transpose_warp 0-2): rewrites one V tile, [keys, dv] in sVLoad, as [dv, key slots] in sVt. Within every 16 keys k0..k0+15,
   // slot 4q + e holds key k0 + {2q, 2q+1, 2q+8, 2q+9}[e]: the order in which scores_to_pv_operand()
   // leaves P in registers, so P needs no shuffles. Keys at or past `valid_keys` are written as zeros:
   // their P is 0, but 0 * NaN (padding, unused pages) would not be.
   template <class TensorVLoad, class TensorVt>
   CUTE_DEVICE static void transpose_v(TensorVLoad& sVLoad, TensorVt& sVt, PipelineVLoad& pipeline_vload,
                                       PipelineVt& pipeline_vt, PipelineState& read_state,
-                                      PipelineState& write_state, int valid_keys, int warp, int lane) {
+                                      PipelineState& write_state, int valid_keys, int transpose_warp, int lane) {
     pipeline_vload.consumer_wait(read_state);
     pipeline_vt.producer_acquire(write_state);
     Tensor sVLoadStage = sVLoad(_, _, read_state.index());  // (BLK_N, DV)
@@ -183,8 +182,7 @@ struct ProducerLoad {
     // Not unrolled: the producer runs on few registers (setmaxnreg), and 16 live swizzled addresses
     // would not fit; the loop body is a handful of instructions around two shared-memory ops.
     #pragma unroll 1
-    for (int i = 0; i < kUnitsPerWarp; ++i) {
-      const int unit = warp + 4 * i;
+    for (int unit = transpose_warp; unit < kTransposeUnits; unit += kTransposeWarps) {
       const int key0 = (unit % kKeyGroups) * 16;
       const int dv0 = (unit / kKeyGroups) * 32;
       // Matrices: keys +0..7 / +8..15 (bit 0) x dv bytes +0..15 / +16..31 (bit 1), 16 bytes per row.
