@@ -37,8 +37,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
 
   if (warp_idx == 0 && cute::elect_one_sync()) {
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    if (args.block_table != nullptr) {
+      cute::prefetch_tma_descriptor(params.tma_k_box.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_v_box.get_tma_descriptor());
+    } else {
+      cute::prefetch_tma_descriptor(params.tma_k_tile.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_v_tile.get_tma_descriptor());
+    }
     // TMA: one arrival plus the transaction bytes; PackGQA gather: every producer thread arrives.
     smem.barrier_q.init(args.pack_gqa ? Traits::kNumProducerThreads : 1);
   }

@@ -66,36 +66,11 @@ struct ProducerLoad {
            tQgQ, tQsQ);
     }
 
-    // (rows, D, heads_kv, batches) dense/varlen, or (page_size, D, heads_kv, num_pages) paged.
-    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
-    Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
-
     if (warp == 0) {
-      PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
-      PipelineState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
-      for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-        // Lane b loads box b of the tile (16 rows of K and of V). Lane 0 first waits for the stage to be
-        // free and posts the tile's byte count on its barrier; then the boxes go out from their lanes.
-        int box_row, box_batch;
-        locate_box(args, seq, batch, n_block, lane, box_row, box_batch);
-        const bool loads_a_box = lane < Traits::kBoxesPerTile;
-        // V first: its transpose is the longer path to the MMA warpgroups.
-        if (is_tma_issuer) { pipeline_vload.producer_acquire(load_v_state); }
-        __syncwarp();
-        if (loads_a_box) {
-          Tensor sVStage = sVLoad(_, _, load_v_state.index());  // (BLK_N, DV)
-          copy_box<kHeadDimV>(params.tma_v, *pipeline_vload.producer_get_barrier(load_v_state), mV, box_row, kv_head,
-                              box_batch, sVStage, lane);
-        }
-        ++load_v_state;
-        if (is_tma_issuer) { pipeline_k.producer_acquire(load_k_state); }
-        __syncwarp();
-        if (loads_a_box) {
-          Tensor sKStage = sK(_, _, load_k_state.index());  // (BLK_N, D)
-          copy_box<kHeadDim>(params.tma_k, *pipeline_k.producer_get_barrier(load_k_state), mK, box_row, kv_head,
-                             box_batch, sKStage, lane);
-        }
-        ++load_k_state;
+      if (args.block_table == nullptr) {
+        load_kv_tiles(params, seq, range, kv_head, sK, sVLoad, pipeline_k, pipeline_vload);
+      } else {
+        load_kv_paged(params, seq, range, kv_head, batch, lane, sK, sVLoad, pipeline_k, pipeline_vload);
       }
     } else {
       PipelineState read_state;  // consumer side of pipeline_vload
@@ -107,21 +82,81 @@ struct ProducerLoad {
     }
   }
 
-  // Warp 0, lane b: TMA coordinates (first row, batch or page) of box b of tile n_block. Paged K/V looks up
-  // the box's page in block_table. Boxes past the sequence's end reuse its last page: the load must still
-  // deliver the tile's bytes, its rows are masked (scores to -inf, V rows to zero), and block_table entries
-  // past ceil(seqlen_k / page_size) may hold anything.
-  CUTE_DEVICE static void locate_box(const FwdArgs& args, const SeqInfo& seq, int batch, int n_block, int lane,
-                                     int& box_row, int& box_batch) {
-    const int row = n_block * kBlockN + min(lane, Traits::kBoxesPerTile - 1) * Traits::kBoxRows;
-    if (args.block_table == nullptr) {
-      box_row = seq.offset_k + row;  // past the tensor's end TMA fills zeros
-      box_batch = seq.tma_batch_k;
-      return;
+  // Warp 0, dense or varlen K/V: one TMA per tile from lane 0. Varlen sequences are a row offset into one
+  // packed batch; rows past the tensor's end arrive as zeros.
+  template <class Params, class TensorK, class TensorV>
+  CUTE_DEVICE static void load_kv_tiles(Params const& params, const SeqInfo& seq, KvBlockRange range, int kv_head,
+                                        TensorK& sK, TensorV& sVLoad, PipelineK& pipeline_k,
+                                        PipelineVLoad& pipeline_vload) {
+    if (threadIdx.x != 0) { return; }
+    Tensor mK = params.tma_k_tile.get_tma_tensor(params.shape_k)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, D)
+    Tensor mV = params.tma_v_tile.get_tma_tensor(params.shape_v)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, DV)
+    Tensor gK = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mK),
+                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (BLK_N, D, n_blocks)
+    Tensor gV = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mV),
+                           Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(_, _0{}));  // (BLK_N, DV, n_blocks)
+    auto [tKgK, tKsK] = tma_partition(params.tma_k_tile, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(params.tma_v_tile, _0{}, Layout<_1>{}, group_modes<0, 2>(sVLoad),
+                                      group_modes<0, 2>(gV));
+    PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
+    PipelineState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
+    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+      // V first: its transpose is the longer path to the MMA warpgroups.
+      pipeline_vload.producer_acquire(load_v_state);
+      copy(params.tma_v_tile.with(*pipeline_vload.producer_get_barrier(load_v_state), 0), tVgV(_, n_block),
+           tVsV(_, load_v_state.index()));
+      ++load_v_state;
+      pipeline_k.producer_acquire(load_k_state);
+      copy(params.tma_k_tile.with(*pipeline_k.producer_get_barrier(load_k_state), 0), tKgK(_, n_block),
+           tKsK(_, load_k_state.index()));
+      ++load_k_state;
     }
+  }
+
+  // Warp 0, paged K/V: lane b loads box b of each tile (16 rows of K and of V). Lane 0 first waits for the
+  // stage to be free and posts the tile's byte count on its barrier; then the boxes go out from their lanes.
+  template <class Params, class TensorK, class TensorV>
+  CUTE_DEVICE static void load_kv_paged(Params const& params, const SeqInfo& seq, KvBlockRange range, int kv_head,
+                                        int batch, int lane, TensorK& sK, TensorV& sVLoad, PipelineK& pipeline_k,
+                                        PipelineVLoad& pipeline_vload) {
+    // (page_size, D, heads_kv, num_pages)
+    Tensor mK = params.tma_k_box.get_tma_tensor(params.shape_k);
+    Tensor mV = params.tma_v_box.get_tma_tensor(params.shape_v);
+    const bool is_leader = lane == 0;
+    const bool loads_a_box = lane < Traits::kBoxesPerTile;
+    PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
+    PipelineState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
+    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+      int box_row, box_page;
+      locate_box(params.args, seq, batch, n_block, lane, box_row, box_page);
+      if (is_leader) { pipeline_vload.producer_acquire(load_v_state); }
+      __syncwarp();
+      if (loads_a_box) {
+        Tensor sVStage = sVLoad(_, _, load_v_state.index());  // (BLK_N, DV)
+        copy_box<kHeadDimV>(params.tma_v_box, *pipeline_vload.producer_get_barrier(load_v_state), mV, box_row, kv_head,
+                            box_page, sVStage, lane);
+      }
+      ++load_v_state;
+      if (is_leader) { pipeline_k.producer_acquire(load_k_state); }
+      __syncwarp();
+      if (loads_a_box) {
+        Tensor sKStage = sK(_, _, load_k_state.index());  // (BLK_N, D)
+        copy_box<kHeadDim>(params.tma_k_box, *pipeline_k.producer_get_barrier(load_k_state), mK, box_row, kv_head,
+                           box_page, sKStage, lane);
+      }
+      ++load_k_state;
+    }
+  }
+
+  // Lane b: TMA coordinates (row in page, page) of box b of tile n_block, looked up in block_table. Boxes past
+  // the sequence's end reuse its last page: the load must still deliver the tile's bytes, its rows are masked
+  // (scores to -inf, V rows to zero), and block_table entries past ceil(seqlen_k / page_size) may hold anything.
+  CUTE_DEVICE static void locate_box(const FwdArgs& args, const SeqInfo& seq, int batch, int n_block, int lane,
+                                     int& box_row, int& box_page) {
+    const int row = n_block * kBlockN + min(lane, Traits::kBoxesPerTile - 1) * Traits::kBoxRows;
     const int last_page = max(seq.seqlen_k - 1, 0) / args.page_size;
     const int page_index = row / args.page_size;
-    box_batch = args.block_table[batch * args.block_table_batch_stride + min(page_index, last_page)];
+    box_page = args.block_table[batch * args.block_table_batch_stride + min(page_index, last_page)];
     box_row = page_index > last_page ? 0 : row % args.page_size;
   }
 
