@@ -19,8 +19,9 @@ Layouts (all strided: only the last dimension must be contiguous; strides are pa
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op infers the op schema from the
-# annotations of `fwd`, which must stay real types rather than strings.
+# annotations of `fill_params` (the signature of `fwd`), which must stay real types rather than strings.
 import contextlib
+import inspect
 from typing import Optional
 
 import torch
@@ -247,36 +248,15 @@ def fill_params(
     params.num_splits = num_splits
 
 
-@torch.library.custom_op("fp8attn::fwd", mutates_args=("out", "lse"), device_types="cuda")
-def fwd(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    out: Tensor,
-    lse: Optional[Tensor],
-    cu_seqlens_q: Optional[Tensor],
-    cu_seqlens_k: Optional[Tensor],
-    seqused_k: Optional[Tensor],
-    block_table: Optional[Tensor],
-    q_descale: Optional[Tensor],
-    k_descale: Optional[Tensor],
-    v_descale: Optional[Tensor],
-    sink: Optional[Tensor],
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    num_splits: int,
-) -> None:
+def _fwd(*args) -> None:
     """FP8 attention forward writing ``out`` (and ``lse`` when given) in place; see the module docstring
-    for layouts. Launches on torch's current stream of q's device and never synchronizes."""
+    for layouts. Launches on torch's current stream of q's device and never synchronizes.
+
+    Takes the parameters of ``fill_params`` after ``params``, positionally (see ``_OP_SIGNATURE``)."""
+    q = args[0]
     lib = _lib.get_lib()
     params = lib.new_params()
-    fill_params(params, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale,
-                k_descale, v_descale, sink, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left,
-                window_right, num_splits)
+    fill_params(params, *args)
     # The library queries and launches on the current CUDA device: make it q's.
     device_ctx = (torch.cuda.device(q.device) if q.device.index != torch.cuda.current_device()
                   else contextlib.nullcontext())
@@ -290,29 +270,16 @@ def fwd(
         lib.fwd(params, torch.cuda.current_stream(q.device).cuda_stream)
 
 
+# The op's parameters, with their annotations, are those of fill_params after ``params``: one list, so the
+# schema torch.library.custom_op infers from it and the Python-side filling cannot drift apart.
+_OP_SIGNATURE = inspect.signature(fill_params)
+_fwd.__signature__ = _OP_SIGNATURE.replace(parameters=list(_OP_SIGNATURE.parameters.values())[1:])
+fwd = torch.library.custom_op("fp8attn::fwd", _fwd, mutates_args=("out", "lse"), device_types="cuda")
+
+
 @fwd.register_fake
-def _fwd_fake(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    out: Tensor,
-    lse: Optional[Tensor],
-    cu_seqlens_q: Optional[Tensor],
-    cu_seqlens_k: Optional[Tensor],
-    seqused_k: Optional[Tensor],
-    block_table: Optional[Tensor],
-    q_descale: Optional[Tensor],
-    k_descale: Optional[Tensor],
-    v_descale: Optional[Tensor],
-    sink: Optional[Tensor],
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    num_splits: int,
-) -> None:
+def _fwd_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
+              cu_seqlens_q: Optional[Tensor], *_rest) -> None:
     # The op returns nothing; what tracing can check is that the buffers it writes have the right
     # shapes and dtypes, so a bad call fails at compile time rather than at the first replay.
     _check_output_shapes(q, v, out, lse, cu_seqlens_q is not None)

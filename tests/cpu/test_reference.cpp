@@ -49,6 +49,12 @@ size_t q_at(const Shape& s, int b, int row, int head, int c) { return at(s.seqle
 size_t k_at(const Shape& s, int b, int key, int head, int c) { return at(s.seqlen_k, s.heads_kv, s.d, b, key, head, c); }
 size_t v_at(const Shape& s, int b, int key, int head, int c) { return at(s.seqlen_k, s.heads_kv, s.dv, b, key, head, c); }
 
+// A sample of N(mean, 1) rounded to E4M3.
+float random_e4m3(std::mt19937& rng, double mean = 0.0) {
+  std::normal_distribution<float> normal(static_cast<float>(mean), 1.0f);
+  return e4m3_to_float(float_to_e4m3(normal(rng)));
+}
+
 // Holds the FP8 tensors a dense params struct points to.
 struct DenseInputs {
   Shape shape;
@@ -60,6 +66,13 @@ struct DenseInputs {
         q(static_cast<size_t>(s.batch) * s.seqlen_q * s.heads_q * s.d, 0.0f),
         k(static_cast<size_t>(s.batch) * s.seqlen_k * s.heads_kv * s.d, 0.0f),
         v(static_cast<size_t>(s.batch) * s.seqlen_k * s.heads_kv * s.dv, 0.0f) {}
+
+  // Random E4M3 inputs: q, k ~ N(0, 1), v ~ N(0.5, 1).
+  void fill_random(std::mt19937& rng) {
+    for (float& x : q) x = random_e4m3(rng);
+    for (float& x : k) x = random_e4m3(rng);
+    for (float& x : v) x = random_e4m3(rng, 0.5);
+  }
 
   // Encodes q/k/v (call after filling them) and returns params for contiguous dense tensors.
   fp8attn_fwd_params params() {
@@ -606,11 +619,6 @@ TEST(Reference, SequsedKLimitsTheKeys) {
   }
 }
 
-float random_e4m3(std::mt19937& rng, double mean = 0.0) {
-  std::normal_distribution<float> normal(static_cast<float>(mean), 1.0f);
-  return e4m3_to_float(float_to_e4m3(normal(rng)));
-}
-
 TEST(Reference, PagedWithShuffledPagesEqualsDense) {
   // 4 sequences with 17, 40, 1 and 0 keys in 16-key pages of one vLLM-style cache [pages, 2 (k|v), 16,
   // heads_kv, d] (k and v are views with a page stride of 2 * 16 * heads_kv * d). Pages are shuffled, unused
@@ -631,9 +639,7 @@ TEST(Reference, PagedWithShuffledPagesEqualsDense) {
 
   std::mt19937 rng(7);
   DenseInputs dense(s);
-  for (float& x : dense.q) x = random_e4m3(rng);
-  for (float& x : dense.k) x = random_e4m3(rng);
-  for (float& x : dense.v) x = random_e4m3(rng, 0.5);
+  dense.fill_random(rng);
   fp8attn_fwd_params dense_params = dense.params();
   dense_params.seqused_k = used;
   dense_params.causal = 1;
@@ -848,9 +854,7 @@ TEST(Reference, EmulationDiffersFromExactWithinTheE4m3RoundingOfP) {
   s.dv = 64;
   std::mt19937 rng(3);
   DenseInputs in(s);
-  for (float& x : in.q) x = random_e4m3(rng);
-  for (float& x : in.k) x = random_e4m3(rng);
-  for (float& x : in.v) x = random_e4m3(rng, 0.5);
+  in.fill_random(rng);
   fp8attn_fwd_params p = in.params();
   p.softmax_scale = 0.125f;
   const float v_descale = 2.0f;

@@ -17,27 +17,15 @@
 // score ranges. FwdPagedSmoke runs the harness's paged layout; it skips while paged K/V is not implemented.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <ostream>
 #include <string>
 #include <vector>
 
+#include "case_suite.h"
 #include "harness.h"
 
 namespace fp8attn_test {
 namespace {
 
-struct NamedCase {
-  std::string name;
-  Case c;
-};
-
-// gtest prints a failing parameter with this: the whole description instead of raw bytes.
-void PrintTo(const NamedCase& nc, std::ostream* os) { *os << nc.c.describe(); }
-
-struct HeadDims {
-  int d, dv;
-};
 struct MaskSpec {
   const char* name;
   bool causal;
@@ -61,10 +49,6 @@ constexpr LengthPair kLengthPairs[] = {{1, 1},   {3, 3},    {17, 17},  {239, 239
                                        {1, 239}, {3, 1025}, {239, 17}, {113, 203}};
 constexpr DescaleForm kDescaleForms[] = {DescaleForm::kNone, DescaleForm::kScalar, DescaleForm::kPerBatchHead,
                                          DescaleForm::kBroadcastAll, DescaleForm::kBroadcastBatch};
-
-std::string head_dims_label(const HeadDims& hd) {
-  return hd.d == hd.dv ? "d" + std::to_string(hd.d) : "d" + std::to_string(hd.d) + "x" + std::to_string(hd.dv);
-}
 
 // Sequence b of `count` gets a share of the longest length; keys shrink in the opposite order to queries,
 // so one varlen batch holds sq > sk, sq == sk and sq < sk sequences.
@@ -400,42 +384,9 @@ std::vector<NamedCase> paged_cases() {
   return cases;
 }
 
-std::string case_name(const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; }
-
-// Collects the closest approach to the error bar over a suite and prints it once at the end.
-class FwdCase : public ::testing::TestWithParam<NamedCase> {
- protected:
-  static void TearDownTestSuite() {
-    if (cases_ == 0) return;
-    std::printf("[  summary ] %d cases checked; closest to the bar: %s at %.0f%% of it; largest rel RMS %.3f%%\n",
-                cases_, closest_name_.c_str(), 100 * closest_ratio_, 100 * largest_rel_rms_);
-    cases_ = 0;
-    closest_ratio_ = largest_rel_rms_ = 0;
-  }
-
-  void Check() {
-    Metrics m;
-    expect_case_passes(GetParam().c, &m);
-    if (m.checked_elements == 0) return;  // skipped, or nothing to compare
-    ++cases_;
-    const double ratio = m.bound > 0 ? m.max_abs_err / m.bound : 0;
-    if (ratio >= closest_ratio_) {
-      closest_ratio_ = ratio;
-      closest_name_ = GetParam().name;
-    }
-    if (m.rel_rms > largest_rel_rms_) largest_rel_rms_ = m.rel_rms;
-  }
-
- private:
-  static inline int cases_ = 0;
-  static inline double closest_ratio_ = 0;
-  static inline double largest_rel_rms_ = 0;
-  static inline std::string closest_name_;
-};
-
-class FwdMatrix : public FwdCase {};
-class FwdEdgeCases : public FwdCase {};
-class FwdPagedSmoke : public FwdCase {};
+class FwdMatrix : public NamedCaseTest {};
+class FwdEdgeCases : public NamedCaseTest {};
+class FwdPagedSmoke : public NamedCaseTest {};
 
 TEST_P(FwdMatrix, MatchesReference) { Check(); }
 TEST_P(FwdEdgeCases, MatchesReference) { Check(); }

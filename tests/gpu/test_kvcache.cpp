@@ -34,30 +34,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <ostream>
 #include <string>
 #include <vector>
 
+#include "case_suite.h"
 #include "harness.h"
 
 namespace fp8attn_test {
 namespace {
 
-struct NamedCase {
-  std::string name;
-  Case c;
-};
-
-// gtest prints a failing parameter with this: the whole description instead of raw bytes.
-void PrintTo(const NamedCase& nc, std::ostream* os) { *os << nc.c.describe(); }
-
 struct LayoutSpec {
   const char* name;
   int page_size;  // 0: dense cache + seqused_k
-};
-struct HeadDims {
-  int d, dv;
 };
 struct MaskSpec {
   const char* name;
@@ -89,10 +77,6 @@ constexpr DescaleForm kDescaleForms[] = {DescaleForm::kNone, DescaleForm::kScala
 constexpr SinkType kSinks[] = {SinkType::kNone, SinkType::kF32, SinkType::kBF16};
 // max_seqlen_k of the graph-style dense-q decode cases (vLLM captures with max_model_len).
 constexpr int kGraphMaxSeqlenK = 8192;
-
-std::string head_dims_label(const HeadDims& hd) {
-  return hd.d == hd.dv ? "d" + std::to_string(hd.d) : "d" + std::to_string(hd.d) + "x" + std::to_string(hd.dv);
-}
 
 const char* batch_kind_label(BatchKind kind) {
   switch (kind) {
@@ -391,41 +375,8 @@ std::vector<NamedCase> edge_cases() {
   return cases;
 }
 
-std::string case_name(const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; }
-
-// Collects the closest approach to the error bar over a suite and prints it once at the end.
-class KvCacheCase : public ::testing::TestWithParam<NamedCase> {
- protected:
-  static void TearDownTestSuite() {
-    if (cases_ == 0) return;
-    std::printf("[  summary ] %d cases checked; closest to the bar: %s at %.0f%% of it; largest rel RMS %.3f%%\n",
-                cases_, closest_name_.c_str(), 100 * closest_ratio_, 100 * largest_rel_rms_);
-    cases_ = 0;
-    closest_ratio_ = largest_rel_rms_ = 0;
-  }
-
-  void Check() {
-    Metrics m;
-    expect_case_passes(GetParam().c, &m);
-    if (m.checked_elements == 0) return;  // skipped, or nothing to compare
-    ++cases_;
-    const double ratio = m.bound > 0 ? m.max_abs_err / m.bound : 0;
-    if (ratio >= closest_ratio_) {
-      closest_ratio_ = ratio;
-      closest_name_ = GetParam().name;
-    }
-    if (m.rel_rms > largest_rel_rms_) largest_rel_rms_ = m.rel_rms;
-  }
-
- private:
-  static inline int cases_ = 0;
-  static inline double closest_ratio_ = 0;
-  static inline double largest_rel_rms_ = 0;
-  static inline std::string closest_name_;
-};
-
-class KvCacheMatrix : public KvCacheCase {};
-class KvCacheEdgeCases : public KvCacheCase {};
+class KvCacheMatrix : public NamedCaseTest {};
+class KvCacheEdgeCases : public NamedCaseTest {};
 
 TEST_P(KvCacheMatrix, MatchesReference) { Check(); }
 TEST_P(KvCacheEdgeCases, MatchesReference) { Check(); }
