@@ -24,7 +24,7 @@ Status cuda_status(cudaError_t err, const char* what) {
 cudaError_t launch_split_combine(const FwdParams& p, const KernelConfig& config, cudaStream_t stream) {
   sm90::CombineArgs c;
   c.o_partial = static_cast<const float*>(p.workspace);
-  c.lse_partial = c.o_partial + int64_t(config.num_splits) * config.partial_rows * p.num_heads_q * p.head_dim_v;
+  c.lse_partial = c.o_partial + split_partial_o_floats(config, p.num_heads_q, p.head_dim_v);
   c.num_splits = config.num_splits;
   c.partial_rows = int(config.partial_rows);
   c.num_heads_q = p.num_heads_q;

@@ -116,8 +116,8 @@ KernelConfig select_config(const ProblemShape& problem) {
 
 size_t split_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
   if (config.num_splits <= 1) { return 0; }
-  const size_t partial_o = size_t(config.num_splits) * size_t(config.partial_rows) * size_t(problem.num_heads_q) *
-                           size_t(problem.head_dim_v) * sizeof(float);
+  const size_t partial_o =
+      size_t(split_partial_o_floats(config, problem.num_heads_q, problem.head_dim_v)) * sizeof(float);
   const size_t partial_lse =
       size_t(config.num_splits) * size_t(problem.num_heads_q) * size_t(config.partial_rows) * sizeof(float);
   return partial_o + partial_lse;

@@ -68,5 +68,9 @@ KernelConfig select_config(const ProblemShape& problem);
 
 // Bytes of split-KV workspace for a config: fp32 partial O [splits, rows, heads, dv] + LSE [splits, heads, rows].
 size_t split_workspace_bytes(const ProblemShape& problem, const KernelConfig& config);
+// Floats of the partial-O part, i.e. where the partial LSEs start in the workspace.
+inline int64_t split_partial_o_floats(const KernelConfig& config, int num_heads_q, int head_dim_v) {
+  return int64_t(config.num_splits) * config.partial_rows * num_heads_q * head_dim_v;
+}
 
 }  // namespace fp8attn

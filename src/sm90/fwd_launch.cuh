@@ -80,7 +80,7 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
     // Workspace layout (split_workspace_bytes): o_partial, then lse_partial.
     a.partial_rows = int(config.partial_rows);
     a.o_partial = static_cast<float*>(p.workspace);
-    a.lse_partial = a.o_partial + int64_t(config.num_splits) * config.partial_rows * p.num_heads_q * p.head_dim_v;
+    a.lse_partial = a.o_partial + split_partial_o_floats(config, p.num_heads_q, p.head_dim_v);
   }
   a.out = p.out;
   a.out_is_bf16 = p.out_dtype == FP8ATTN_DTYPE_BF16;
