@@ -95,7 +95,7 @@ KernelConfig select_config(const ProblemShape& problem) {
   // warpgroup of 64 rows serves them.
   c.key.block_m = block_m_for_rows(rows);
   c.num_mma_warpgroups = c.key.block_m / 64;
-  c.stages = 2;
+  c.stages = stages_for(c.key.block_m, c.key.head_dim_v);
   c.pv_from_registers = true;
   c.ctas_per_sm = ctas_per_sm_for(c.key.block_m, c.key.head_dim_v);
   c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));

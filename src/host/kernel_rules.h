@@ -12,4 +12,8 @@ constexpr int block_n_for_head_dim(int head_dim) { return head_dim <= 128 ? 128 
 // math in memory-bound decode, and two 2-stage pipelines fit in the SM's shared memory.
 constexpr int ctas_per_sm_for(int block_m, int head_dim_v) { return block_m == 64 && head_dim_v <= 128 ? 2 : 1; }
 
+// K, V-as-loaded and V^T pipeline stages. Three let the load warp run two tiles ahead of the MMA
+// warpgroups; two-CTA (decode) kernels keep two so that two CTAs fit in an SM's shared memory.
+constexpr int stages_for(int block_m, int head_dim_v) { return ctas_per_sm_for(block_m, head_dim_v) == 2 ? 2 : 3; }
+
 }  // namespace fp8attn

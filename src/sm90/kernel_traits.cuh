@@ -48,9 +48,7 @@ struct KernelTraits {
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  // K, V as loaded and V^T pipelines. Three stages let the load warp run two tiles ahead of the MMA
-  // warpgroups; two-CTA (decode) kernels keep two so that two CTAs fit in an SM's shared memory.
-  static constexpr int kStages = ctas_per_sm_for(kBlockM_, kHeadDimV_) == 2 ? 2 : 3;
+  static constexpr int kStages = stages_for(kBlockM_, kHeadDimV_);  // see kernel_rules.h
   static constexpr bool kTwoLevel = kTwoLevel_;
 
   static constexpr int kNumMmaWarpgroups = kBlockM / 64;

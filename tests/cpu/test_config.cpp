@@ -218,7 +218,8 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (k.key.block_m != 64 && k.key.block_m != 128) e << " block_m not 64 or 128;";
   if (k.key.block_m != 64 * k.num_mma_warpgroups) e << " block_m != 64 * num_mma_warpgroups;";
   if (!k.pv_from_registers) e << " pv_from_registers false;";
-  if (k.stages != 2) e << " stages != 2;";
+  if (k.stages != fp8attn::stages_for(k.key.block_m, k.key.head_dim_v)) e << " stages != stages_for(block_m, dv);";
+  if (k.stages != (k.ctas_per_sm == 2 ? 2 : 3)) e << " stages != (two CTAs/SM ? 2 : 3);";
   if (k.ctas_per_sm != fp8attn::ctas_per_sm_for(k.key.block_m, c.dv)) e << " ctas_per_sm != ctas_per_sm_for;";
 
   // PackGQA: never without a group; always for GQA decode whose packed rows fit one 64-row tile.
