@@ -1,8 +1,8 @@
 // fp8attn SM90 forward, producer warpgroup: TMA loads of Q, K and V, and the V transpose.
 //
 // FP8 WGMMA reads B only K-major, but V is stored [keys, dv] (dv contiguous) and TMA cannot transpose.
-// So V lands row-major in sVLoad, and producer warps rewrite it into the K-major sVt (ldmatrix.trans,
-// byte permutes, stmatrix) for the MMA warpgroups, through a second pipeline. Warp 0 only issues loads, so
+// So V lands row-major in sVLoad, and producer warps rewrite it into the K-major sVt (transpose_v.cuh)
+// for the MMA warpgroups, through a second pipeline. Warp 0 only issues loads, so
 // it runs ahead by as many tiles as there are stages; warps 1-3 only transpose. The transpose of block n
 // runs while later blocks' loads are in flight and the MMA warpgroups work on block n+1 (blocks are
 // visited from the last to the first).
@@ -15,6 +15,7 @@
 
 #include "sm90/kernel_args.cuh"
 #include "sm90/mask.cuh"
+#include "sm90/transpose_v.cuh"
 
 namespace fp8attn::sm90 {
 
@@ -33,11 +34,6 @@ struct ProducerLoad {
   using PipelineVt = typename Traits::PipelineVt;
   using PipelineState = cutlass::PipelineState<Traits::kStages>;
 
-  // Transpose units: 16 keys x 32 dv bytes each (one ldmatrix.x4.trans + one stmatrix.x4 per warp).
-  static constexpr int kKeyGroups = kBlockN / 16;
-  static constexpr int kTransposeUnits = kKeyGroups * (kHeadDimV / 32);
-  static constexpr int kTransposeWarps = Traits::kNumTransposeThreads / 32;
-
   template <class Params>
   CUTE_DEVICE static void run(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
                               PipelineVLoad& pipeline_vload, PipelineVt& pipeline_vt, const SeqInfo& seq,
@@ -51,7 +47,6 @@ struct ProducerLoad {
     Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});        // (BLK_M, D)
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});        // (BLK_N, D, PIPE)
     Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
-    Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});     // (DV, BLK_N, PIPE)
 
     if (args.pack_gqa) {
       gather_q_packed(args, seq, m_block, kv_head, sQ, smem);
@@ -73,12 +68,7 @@ struct ProducerLoad {
         load_kv_paged(params, seq, range, kv_head, batch, lane, sK, sVLoad, pipeline_k, pipeline_vload);
       }
     } else {
-      PipelineState read_state;  // consumer side of pipeline_vload
-      PipelineState write_state = cutlass::make_producer_start_state<PipelineVt>();
-      for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-        transpose_v(sVLoad, sVt, pipeline_vload, pipeline_vt, read_state, write_state,
-                    seq.seqlen_k - n_block * kBlockN, warp - 1, lane);
-      }
+      transpose_v_tiles(smem, pipeline_vload, pipeline_vt, seq, range, warp - 1, lane);
     }
   }
 
@@ -199,55 +189,39 @@ struct ProducerLoad {
     smem.barrier_q.arrive();
   }
 
-  // Warps 1-3 (transpose_warp 0-2): rewrites one V tile, [keys, dv] in sVLoad, as [dv, key slots] in sVt. Within every 16 keys k0..k0+15,
-  // slot 4q + e holds key k0 + {2q, 2q+1, 2q+8, 2q+9}[e]: the order in which scores_to_pv_operand()
-  // leaves P in registers, so P needs no shuffles. Keys at or past `valid_keys` are written as zeros:
-  // their P is 0, but 0 * NaN (padding, unused pages) would not be.
-  template <class TensorVLoad, class TensorVt>
-  CUTE_DEVICE static void transpose_v(TensorVLoad& sVLoad, TensorVt& sVt, PipelineVLoad& pipeline_vload,
-                                      PipelineVt& pipeline_vt, PipelineState& read_state,
-                                      PipelineState& write_state, int valid_keys, int transpose_warp, int lane) {
-    pipeline_vload.consumer_wait(read_state);
-    pipeline_vt.producer_acquire(write_state);
-    Tensor sVLoadStage = sVLoad(_, _, read_state.index());  // (BLK_N, DV)
-    Tensor sVtStage = sVt(_, _, write_state.index());        // (DV, BLK_N)
-    const int matrix = lane / 8;  // which of the four 8x8 b16 matrices this lane addresses
-    const int matrix_row = lane % 8;
-    const int quad_pos = lane % 4;  // q: this lane ends up holding key slots 4q..4q+3
-    // Not unrolled: the producer runs on few registers (setmaxnreg), and 16 live swizzled addresses
-    // would not fit; the loop body is a handful of instructions around two shared-memory ops.
-    #pragma unroll 1
-    for (int unit = transpose_warp; unit < kTransposeUnits; unit += kTransposeWarps) {
-      const int key0 = (unit % kKeyGroups) * 16;
-      const int dv0 = (unit / kKeyGroups) * 32;
-      // Matrices: keys +0..7 / +8..15 (bit 0) x dv bytes +0..15 / +16..31 (bit 1), 16 bytes per row.
-      const Element* src = &sVLoadStage(key0 + matrix_row + 8 * (matrix & 1), dv0 + 16 * (matrix >> 1));
-      uint32_t r[4];
-      SM75_U16x8_LDSM_T::copy(*reinterpret_cast<const uint128_t*>(src), r[0], r[1], r[2], r[3]);
-      // After .trans, r[m] = bytes {V[k][c], V[k][c+1], V[k+1][c], V[k+1][c+1]} with k = key0 + 2q (+8 for
-      // odd m) and c = dv0 + 2 * (lane / 4) (+16 for m >= 2).
+  // Warps 1-3 (transpose_warp 0-2): every V tile of the range, [keys, dv] in sVLoad to [dv, key slots] in
+  // sVt (transpose_v.cuh), from the last block to the first like the loads.
+  CUTE_DEVICE static void transpose_v_tiles(SharedStorage& smem, PipelineVLoad& pipeline_vload, PipelineVt& pipeline_vt,
+                                            const SeqInfo& seq, KvBlockRange range, int transpose_warp, int lane) {
+    using Plan = VTransposePlan<Traits>;
+    using Warp = VTransposeWarp<Traits>;
+    // Shared-memory window addresses of this lane in stage 0; a stage adds its size.
+    const uint32_t load_lane0 = cast_smem_ptr_to_uint(smem.smem_vload.data()) + Plan::load_lane_offset(lane);
+    const uint32_t store_lane0 = cast_smem_ptr_to_uint(smem.smem_vt.data()) + Plan::store_lane_offset(lane);
+    const uint32_t first_selector = Plan::first_selector(lane);
+    const uint32_t second_selector = Plan::second_selector(lane);
+    PipelineState read_state;  // consumer side of pipeline_vload
+    PipelineState write_state = cutlass::make_producer_start_state<PipelineVt>();
+    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+      const int valid_keys = seq.seqlen_k - n_block * kBlockN;
+      pipeline_vload.consumer_wait(read_state);
+      pipeline_vt.producer_acquire(write_state);
+      const uint32_t load_base = load_lane0 + read_state.index() * Plan::kLoadStageBytes;
+      const uint32_t store_base = store_lane0 + write_state.index() * Plan::kStoreStageBytes;
       if (valid_keys < kBlockN) {
-        CUTE_UNROLL
-        for (int m = 0; m < 4; ++m) {
-          const int key = key0 + 2 * quad_pos + 8 * (m & 1);
-          r[m] &= (key < valid_keys ? 0x0000ffffu : 0u) | (key + 1 < valid_keys ? 0xffff0000u : 0u);
-        }
+        Warp::template tile_for_warp<true>(transpose_warp, load_base, store_base, first_selector, second_selector,
+                                           lane, valid_keys);
+      } else {
+        Warp::template tile_for_warp<false>(transpose_warp, load_base, store_base, first_selector, second_selector,
+                                            lane, valid_keys);
       }
-      // Even bytes of (r0, r1) are column c of keys {2q, 2q+1, 2q+8, 2q+9}; odd bytes are column c + 1.
-      const uint32_t col_even_lo = __byte_perm(r[0], r[1], 0x6420);
-      const uint32_t col_odd_lo = __byte_perm(r[0], r[1], 0x7531);
-      const uint32_t col_even_hi = __byte_perm(r[2], r[3], 0x6420);
-      const uint32_t col_odd_hi = __byte_perm(r[2], r[3], 0x7531);
-      // stmatrix rows: matrix 0/1 = dv columns dv0 + 2*row (+1), matrix 2/3 the same + 16; 16 slots each.
-      Element* dst = &sVtStage(dv0 + 2 * matrix_row + (matrix & 1) + 16 * (matrix >> 1), key0);
-      SM90_U32x4_STSM_N::copy(col_even_lo, col_odd_lo, col_even_hi, col_odd_hi, *reinterpret_cast<uint128_t*>(dst));
+      // The MMA warpgroups read sVt through the async proxy (WGMMA): order our generic-proxy stores first.
+      cutlass::arch::fence_view_async_shared();
+      pipeline_vt.producer_commit(write_state);
+      pipeline_vload.consumer_release(read_state);
+      ++read_state;
+      ++write_state;
     }
-    // The MMA warpgroups read sVt through the async proxy (WGMMA): order our generic-proxy stores first.
-    cutlass::arch::fence_view_async_shared();
-    pipeline_vt.producer_commit(write_state);
-    pipeline_vload.consumer_release(read_state);
-    ++read_state;
-    ++write_state;
   }
 };
 

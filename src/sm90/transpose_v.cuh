@@ -1,0 +1,159 @@
+// fp8attn SM90 forward, producer warps 1-3: the V transpose, sVLoad [keys, dv] -> sVt [dv, key slots].
+//
+// FP8 WGMMA reads B only K-major, V arrives [keys, dv] and TMA cannot transpose, so every V tile is rewritten
+// in shared memory. The work is split into units of 16 keys x 32 dv bytes: one ldmatrix.x4.trans (b16) reads
+// the unit, two byte permutes per register pair split even and odd bytes, one stmatrix.x4 writes it. Within
+// every 16 keys k0..k0+15, key slot 4q + e of sVt holds key k0 + {2q, 2q+1, 2q+8, 2q+9}[e]: the order in
+// which scores_to_pv_operand() leaves P in registers, so P needs no shuffles.
+//
+// Why it is built this way (docs/perf.md, run 11): the transpose used to cost 30-42% of prefill time, because
+// each unit recomputed its swizzled generic addresses (~55 of ~88 instructions per unit), ran one unit at a
+// time and stored 2-way bank-conflicted rows. Here:
+//  * Addresses are position independent. The shared-memory swizzles are XOR maps on address bits, so the
+//    offset of (lane part + unit part) is lane_offset ^ unit_offset as long as the two parts do not share
+//    bits; the unit part is a compile-time constant (every warp's unit list is unrolled with its warp index
+//    as a template argument), and one LOP3 per ldmatrix / stmatrix remains. tests/cpu/test_transpose_plan.cu
+//    checks every lane x unit x stage against the CuTe layouts, for every kernel configuration.
+//  * Two units are in flight: the next unit's ldmatrix is issued before this unit's permutes and store.
+//  * Conflict-free stmatrix: a stmatrix matrix takes its row r from lanes 4r..4r+3, which hold dv columns
+//    c = dv0 + 2r and c + 1. Rows 0-3 store column c and rows 4-7 column c + 1 (lanes 16-31 swap their even
+//    and odd byte selectors, same instruction count), so the 8 rows of one matrix cover 8 distinct rows
+//    mod 8 of sVt and hit 8 distinct 16-byte bank groups under every swizzle fp8attn uses (32/64/128 B).
+//    Nothing is permuted in dv, so O needs no fix-up.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+namespace fp8attn::sm90 {
+
+using namespace cute;
+
+// Shared-memory offsets of the V transpose for one kernel configuration; host-callable so that the CPU tests
+// can check them against the CuTe layouts the TMA and the WGMMAs use.
+template <class Traits>
+struct VTransposePlan {
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kHeadDimV = Traits::kHeadDimV;
+  static constexpr int kKeyGroups = kBlockN / 16;    // 16 keys per unit
+  static constexpr int kDvBlocks = kHeadDimV / 32;   // 32 dv bytes per unit
+  static constexpr int kUnits = kKeyGroups * kDvBlocks;
+  static constexpr int kWarps = Traits::kNumTransposeThreads / 32;
+
+  // One pipeline stage of each buffer: (BLK_N, DV) and (DV, BLK_N) -> swizzled byte offset (E4M3 = 1 byte).
+  using LayoutLoadStage = decltype(take<0, 2>(typename Traits::SmemLayoutVLoad{}));
+  using LayoutStoreStage = decltype(take<0, 2>(typename Traits::SmemLayoutVt{}));
+  static constexpr int kLoadStageBytes = kBlockN * kHeadDimV;
+  static constexpr int kStoreStageBytes = kHeadDimV * kBlockN;
+  // Bits below kSwizzlePeriod are the only ones any swizzle reads or writes (1024 B for the 128-byte swizzle);
+  // offsets that are multiples of it pass through a swizzle unchanged, so they can be added after the XOR.
+  static constexpr uint32_t kSwizzlePeriod = 1024;
+  static_assert(kLoadStageBytes % kSwizzlePeriod == 0 && kStoreStageBytes % kSwizzlePeriod == 0,
+                "a pipeline stage must not shift the swizzle pattern");
+
+  CUTE_HOST_DEVICE static constexpr int key_group(int unit) { return unit % kKeyGroups; }
+  CUTE_HOST_DEVICE static constexpr int dv_block(int unit) { return unit / kKeyGroups; }
+
+  // ldmatrix: lane l addresses row l % 8 of matrix l / 8; matrices = keys +0..7 / +8..15 (bit 0) x dv bytes
+  // +0..15 / +16..31 (bit 1).
+  CUTE_HOST_DEVICE static constexpr int load_lane_key(int lane) { return lane % 8 + 8 * ((lane / 8) % 2); }
+  CUTE_HOST_DEVICE static constexpr int load_lane_byte(int lane) { return 16 * (lane / 16); }
+  // stmatrix: lane l addresses row i = l % 8 of matrix m = l / 8, which holds sVt row (dv)
+  // 2i + (m odd XOR i >= 4) + 16 * (m / 2) of the unit, 16 key slots wide (see the file comment).
+  CUTE_HOST_DEVICE static constexpr int store_lane_dv(int lane) {
+    const int m = lane / 8, i = lane % 8;
+    return 2 * i + ((m % 2) ^ (i >= 4 ? 1 : 0)) + 16 * (m / 2);
+  }
+
+  CUTE_HOST_DEVICE static uint32_t load_lane_offset(int lane) {
+    return uint32_t(LayoutLoadStage{}(load_lane_key(lane), load_lane_byte(lane)));
+  }
+  CUTE_HOST_DEVICE static uint32_t store_lane_offset(int lane) {
+    return uint32_t(LayoutStoreStage{}(store_lane_dv(lane), 0));
+  }
+  CUTE_HOST_DEVICE static constexpr uint32_t load_unit_offset(int unit) {
+    return uint32_t(LayoutLoadStage{}(16 * key_group(unit), 32 * dv_block(unit)));
+  }
+  CUTE_HOST_DEVICE static constexpr uint32_t store_unit_offset(int unit) {
+    return uint32_t(LayoutStoreStage{}(32 * dv_block(unit), 16 * key_group(unit)));
+  }
+  // The address of a unit from a lane base (buffer + stage * stage bytes + lane offset; the buffer is aligned
+  // to the swizzle period): XOR the unit's low bits, add its high bits (an immediate of the instruction).
+  CUTE_HOST_DEVICE static constexpr uint32_t unit_address(uint32_t lane_base, uint32_t unit_offset) {
+    return (lane_base ^ (unit_offset % kSwizzlePeriod)) + (unit_offset - unit_offset % kSwizzlePeriod);
+  }
+  // Byte-permute selectors of a lane: its first and second stored register get column c (even bytes,
+  // 0x6420) and c + 1 (odd bytes, 0x7531), swapped for lanes 16-31 (stmatrix rows 4-7).
+  CUTE_HOST_DEVICE static constexpr uint32_t first_selector(int lane) { return lane < 16 ? 0x6420u : 0x7531u; }
+  CUTE_HOST_DEVICE static constexpr uint32_t second_selector(int lane) { return lane < 16 ? 0x7531u : 0x6420u; }
+};
+
+CUTE_DEVICE void ldsm_x4_trans(uint32_t smem_address, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address));
+}
+
+CUTE_DEVICE void stsm_x4(uint32_t smem_address, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3));
+}
+
+// One V tile by one transpose warp. lane_load_base / lane_store_base: this lane's base address in the stage
+// (shared-memory window addresses). Keys at or past valid_keys are written as zeros: their P is 0, but
+// 0 * NaN (padding, unused pages) would not be.
+template <class Traits>
+struct VTransposeWarp {
+  using Plan = VTransposePlan<Traits>;
+
+  template <int kWarp, bool kMasked>
+  CUTE_DEVICE static void tile(uint32_t lane_load_base, uint32_t lane_store_base, uint32_t first_selector,
+                               uint32_t second_selector, int lane, int valid_keys) {
+    constexpr int kMyUnits = (Plan::kUnits - kWarp + Plan::kWarps - 1) / Plan::kWarps;
+    static_assert(kMyUnits >= 1, "every transpose warp has a unit");
+    uint32_t current[4];
+    ldsm_x4_trans(Plan::unit_address(lane_load_base, Plan::load_unit_offset(kWarp)), current);
+    CUTE_UNROLL
+    for (int i = 0; i < kMyUnits; ++i) {
+      const int unit = kWarp + i * Plan::kWarps;
+      uint32_t next[4];
+      if (i + 1 < kMyUnits) {
+        ldsm_x4_trans(Plan::unit_address(lane_load_base, Plan::load_unit_offset(unit + Plan::kWarps)), next);
+      }
+      // After .trans, current[m] = bytes {V[k][c], V[k][c+1], V[k+1][c], V[k+1][c+1]} with
+      // k = key0 + 2 * (lane % 4) (+8 for odd m) and c = dv0 + 2 * (lane / 4) (+16 for m >= 2).
+      if constexpr (kMasked) {
+        const int key0 = 16 * Plan::key_group(unit);
+        CUTE_UNROLL
+        for (int m = 0; m < 4; ++m) {
+          const int key = key0 + 2 * (lane % 4) + 8 * (m % 2);
+          current[m] &= (key < valid_keys ? 0x0000ffffu : 0u) | (key + 1 < valid_keys ? 0xffff0000u : 0u);
+        }
+      }
+      stsm_x4(Plan::unit_address(lane_store_base, Plan::store_unit_offset(unit)),
+              __byte_perm(current[0], current[1], first_selector), __byte_perm(current[0], current[1], second_selector),
+              __byte_perm(current[2], current[3], first_selector), __byte_perm(current[2], current[3], second_selector));
+      if (i + 1 < kMyUnits) {
+        CUTE_UNROLL
+        for (int m = 0; m < 4; ++m) { current[m] = next[m]; }
+      }
+    }
+  }
+
+  // Dispatches the runtime warp index (0..kWarps-1) to the unrolled unit list of that warp.
+  template <bool kMasked>
+  CUTE_DEVICE static void tile_for_warp(int transpose_warp, uint32_t lane_load_base, uint32_t lane_store_base,
+                                        uint32_t first_selector, uint32_t second_selector, int lane, int valid_keys) {
+    static_assert(Plan::kWarps == 3, "the dispatch below names three transpose warps");
+    if (transpose_warp == 0) {
+      tile<0, kMasked>(lane_load_base, lane_store_base, first_selector, second_selector, lane, valid_keys);
+    } else if (transpose_warp == 1) {
+      tile<1, kMasked>(lane_load_base, lane_store_base, first_selector, second_selector, lane, valid_keys);
+    } else {
+      tile<2, kMasked>(lane_load_base, lane_store_base, first_selector, second_selector, lane, valid_keys);
+    }
+  }
+};
+
+}  // namespace fp8attn::sm90
