@@ -70,6 +70,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   vt_params.consumer_arv_count = Traits::kNumMmaThreads;
   PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
 
+  // The ones tile of the P x ones GEMM, written once; WGMMA reads it through the async proxy.
+  {
+    uint32_t* ones = reinterpret_cast<uint32_t*>(smem.smem_ones.data());
+    constexpr int kWords = int(cute::cosize_v<typename Traits::SmemLayoutOnes>) / 4;
+    for (int i = threadIdx.x; i < kWords; i += Traits::kNumThreads) { ones[i] = Traits::kE4m3OnesWord; }
+    cutlass::arch::fence_view_async_shared();
+  }
+
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
@@ -100,12 +108,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       smem.barrier_q.wait(0);
       MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
     }
+    const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
     // With split-KV the combine kernel adds the sink once; here it would be counted once per split.
     float sink_log2[2] = {-INFINITY, -INFINITY};
     if (args.sink != nullptr && args.num_splits == 1) {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
-        const int head_q = row_target(args, tile.m_block * kBlockM + accumulator_row(mma_thread, h), tile.head).head_q;
+        const int head_q = row_target(args, tile.m_block * kBlockM + accumulator_row(epilogue_thread, h), tile.head).head_q;
         const float sink = args.sink_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[head_q])
                                              : static_cast<const float*>(args.sink)[head_q];
         sink_log2[h] = sink * kLog2e;
@@ -113,7 +122,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     }
     float o_scale[2], lse[2];
     softmax.finalize(args.v_descale.load(tile.batch, kv_head), sink_log2, o_scale, lse);
-    Epilogue<Traits>::store(args, seq, tile.m_block, tile.head, tile.split, mma_thread, tOrO, o_scale, lse);
+    Epilogue<Traits>::store(args, seq, tile.m_block, tile.head, tile.split, epilogue_thread, tOrO, o_scale, lse);
   }
 }
 

@@ -62,7 +62,7 @@ struct KernelTraits {
   // would not fit the MMA warpgroup's registers (dv > 128, or two CTAs per SM), the PV GEMM runs in dv
   // chunks through one chunk-sized tile accumulator.
   static constexpr int kPvChunk = kHeadDimV > 128 ? 64
-                                 : kCtasPerSm == 2 && kHeadDimV == 128 ? 32 : kHeadDimV;
+                                 : kCtasPerSm == 2 && kHeadDimV == 128 ? 16 : kHeadDimV;
   static constexpr int kNumPvChunks = kHeadDimV / kPvChunk;
 
   // setmaxnreg split (per thread; a CTA's pool is 65536 / kCtasPerSm registers). The producer also
@@ -86,6 +86,11 @@ struct KernelTraits {
       GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kPvChunk>, Int<kBlockN>>>(),
       AtomLayoutMma{}));
 
+  // P x ones: the row sums of P as rounded to E4M3 (softmax.cuh says why), from the same A registers as P V.
+  // N = 8 is the narrowest WGMMA; all 8 columns are sums, so every thread of a row's quad holds it.
+  using TiledMmaPvSum = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, _8, Int<kBlockN>>>(), AtomLayoutMma{}));
+
   using SmemLayoutQ = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
                                              Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (BLK_M, D)
   using SmemLayoutK = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
@@ -96,6 +101,10 @@ struct KernelTraits {
   // V^T for the PV GEMM: [dv, key slots], K-major. Key slots follow the P register order (see transpose).
   using SmemLayoutVt = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(),
                                               Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}));  // (DV, BLK_N, PIPE)
+
+  // The B operand of P x ones: 8 rows of E4M3 1.0, K-major (every byte is the same, so the swizzle is moot).
+  using SmemLayoutOnes = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<_8, Int<kBlockN>>{}));  // (8, BLK_N)
+  static constexpr uint32_t kE4m3OnesWord = 0x38383838u;  // four E4M3 1.0 (S.0111.000)
 
   // K and V tiles are loaded as kBoxRows-row TMA boxes. 16 rows divide every page size fp8attn accepts
   // (multiples of 16), so one box never crosses a page and the same kernel serves dense, varlen and paged
@@ -116,6 +125,7 @@ struct KernelTraits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> smem_k;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVLoad>> smem_vload;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> smem_vt;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutOnes>> smem_ones;
     typename PipelineK::SharedStorage pipeline_k;
     typename PipelineVLoad::SharedStorage pipeline_vload;
     typename PipelineVt::SharedStorage pipeline_vt;

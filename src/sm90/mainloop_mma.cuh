@@ -6,6 +6,9 @@
 // accumulator and is folded into the fp32 O on the CUDA cores: O = O * rescale + O_tile (one FFMA).
 // The fold runs after the PV GEMM's wait, so no instruction reads an accumulator a WGMMA still writes.
 //
+// The row sums that normalise O come from the same GEMM stream: P x ones (an N = 8 WGMMA issued with the
+// first dv chunk of P V) sums P exactly as rounded to E4M3 and is folded like O (softmax.cuh says why).
+//
 // Intra-warpgroup overlap: block n's QK^T and block n+1's P V (blocks run from the last to the first)
 // are issued together; the softmax of block n then runs on the CUDA cores while the tensor cores finish
 // that P V. Only the first dv chunk overlaps when the PV GEMM is chunked (dv > 128, or two CTAs per SM).
@@ -35,6 +38,7 @@ struct MainloopMma {
   using PipelineState = cutlass::PipelineState<Traits::kStages>;
   using TiledMmaQK = typename Traits::TiledMmaQK;
   using TiledMmaPV = typename Traits::TiledMmaPV;
+  using TiledMmaPvSum = typename Traits::TiledMmaPvSum;
 
   // The O accumulator of this thread: (MMA, MMA_M, DV / kPvChunk) fp32.
   using FragmentO = decltype(partition_fragment_C(TiledMmaPV{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
@@ -46,20 +50,25 @@ struct MainloopMma {
                               OnlineSoftmax& softmax, FragmentO& tOrO) {
     TiledMmaQK tiled_mma_qk;
     TiledMmaPV tiled_mma_pv;
+    TiledMmaPvSum tiled_mma_pv_sum;
     auto thr_mma_qk = tiled_mma_qk.get_thread_slice(mma_thread);
     auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread);
+    auto thr_mma_pv_sum = tiled_mma_pv_sum.get_thread_slice(mma_thread);
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});     // (BLK_M, D)
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});     // (BLK_N, D, PIPE)
     Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});  // (DV, BLK_N, PIPE)
+    Tensor sOnes = make_tensor(make_smem_ptr(smem.smem_ones.data()), typename Traits::SmemLayoutOnes{});  // (8, BLK_N)
 
     Tensor tSrQ = thr_mma_qk.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K) descriptors
     Tensor tSrK = thr_mma_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, PIPE) descriptors
     Tensor tSrS = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N) fp32
     Tensor cS = make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{});  // (BLK_M, BLK_N) -> (row, col)
-    Tensor tScS = thr_mma_qk.partition_C(cS);  // (MMA, MMA_M, MMA_N) coordinates of tSrS
     Tensor tOrP = make_tensor<Element>(partition_shape_A(tiled_mma_pv, Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_K)
     Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvChunk>>{});  // (MMA, MMA_M, 1) fp32
+    Tensor tSrOnes = thr_mma_pv_sum.partition_fragment_B(sOnes);  // (MMA, MMA_N, MMA_K) descriptors
+    Tensor tOrPvSum = partition_fragment_C(tiled_mma_pv_sum, Shape<Int<kBlockM>, _8>{});  // (MMA, MMA_M, 1) fp32
+    static_assert(decltype(size(tOrPvSum))::value == 4, "one n8 block: (column pair, row half)");
 
     // The PV B operand for dv chunk `chunk` of V^T stage `stage`: (MMA, MMA_N, MMA_K) descriptors.
     auto vt_operand = [&](int chunk, int stage) {
@@ -77,7 +86,13 @@ struct MainloopMma {
     };
     // S -> P for one block: mask (boundary blocks only), online softmax, FP8 conversion into PV A order.
     auto scores_to_p = [&](int n_block, float (&rescale)[2]) {
-      if (mask.needs_mask(n_block)) { mask.apply(tSrS, tScS, n_block); }
+      if (mask.needs_mask(n_block)) {
+        // Coordinates of tSrS, from the thread index read again: only boundary blocks need them, and held
+        // through the loop they would take a register the MMA warpgroups do not have.
+        const int thread = thread_idx_reread() - Traits::kNumProducerThreads;
+        Tensor tScS = tiled_mma_qk.get_thread_slice(thread).partition_C(cS);  // (MMA, MMA_M, MMA_N) -> (row, col)
+        mask.apply(tSrS, tScS, n_block);
+      }
       softmax.online(tSrS, rescale);
     };
     auto issue_qk = [&](int stage) {
@@ -86,11 +101,23 @@ struct MainloopMma {
       gemm_k_steps</*kZeroInit=*/true>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), tSrS);
       warpgroup_commit_batch();
     };
+    // P x ones, inside the caller's warpgroup_arrive() / warpgroup_commit_batch() bracket.
+    auto gemm_pv_sum = [&]() {
+      warpgroup_fence_operand(tOrPvSum);
+      gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv_sum, tOrP, tSrOnes, tOrPvSum);
+    };
+    // After the GEMM has completed: the block's sums of rounded P folded like O.
+    auto fold_pv_sum = [&](const float (&rescale)[2]) {
+      warpgroup_fence_operand(tOrPvSum);
+      const float tile_sum[2] = {tOrPvSum(0), tOrPvSum(2)};  // flat index c + 2*h: column 0 of each row half
+      softmax.fold_pv_sum(rescale, tile_sum);
+    };
     auto issue_pv = [&](int chunk, int stage) {
       warpgroup_fence_operand(tOrP);
       warpgroup_fence_operand(tOrOTile);
       warpgroup_arrive();
       gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv, tOrP, vt_operand(chunk, stage), tOrOTile);
+      if (chunk == 0) { gemm_pv_sum(); }
       warpgroup_commit_batch();
     };
     // The remaining dv chunks of a block's P V, one after the other through the one tile accumulator.
@@ -118,6 +145,7 @@ struct MainloopMma {
                                        make_layout(layout<0>(tOrO), layout<1>(tOrO), Layout<_1, _0>{}));
         gemm_k_steps</*kZeroInit=*/false>(tiled_mma_pv, tOrP, vt_operand(chunk, stage), tOrOChunk);
       }
+      gemm_pv_sum();
       warpgroup_commit_batch();
     };
     // P V of the previous block: issue (overlapping what follows), then complete after warpgroup_wait.
@@ -129,6 +157,7 @@ struct MainloopMma {
       }
     };
     auto complete_pv_previous = [&](int stage, const float (&rescale)[2]) {
+      fold_pv_sum(rescale);
       if constexpr (Traits::kTwoLevel) {
         warpgroup_fence_operand(tOrOTile);
         fold(0, rescale);

@@ -4,6 +4,12 @@
 // bits and a smallest normal of 2^-6, so without the offset most of P would round to subnormals or zero.
 // O and the row sum carry the same 2^8, so it cancels in O / sum; finalize() takes it out of the LSE.
 // scale_log2 = softmax_scale * log2(e) * q_descale * k_descale: the descales cost nothing per element.
+//
+// Two row sums: row_sum, of P in fp32 as computed, gives the LSE (log of the exact denominator); pv_sum, of P
+// as rounded to E4M3 (what P V multiplied; the MMA warpgroups get it from a P x ones GEMM, see
+// mainloop_mma.cuh), normalises O. Rounding P to nearest E4M3 loses mass on average (by ~0.1% on long rows),
+// and dividing P_rounded V by the sum of the unrounded P carried that loss into O as a downward bias; divided by
+// the sum of the same rounded weights, O is an exact weighted mean of V rows.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -20,6 +26,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 struct OnlineSoftmax {
   float row_max[2];  // raw score units; -inf until a visible key is seen
   float row_sum[2];  // this thread's share of sum(P), relative to the current row_max
+  float pv_sum[2];   // the whole row's sum of P rounded to E4M3, relative to the row_max of the folded blocks
   float scale_log2;
 
   CUTE_DEVICE explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
@@ -27,6 +34,7 @@ struct OnlineSoftmax {
     for (int h = 0; h < 2; ++h) {
       row_max[h] = -INFINITY;
       row_sum[h] = 0.f;
+      pv_sum[h] = 0.f;
     }
   }
 
@@ -62,6 +70,12 @@ struct OnlineSoftmax {
     }
   }
 
+  // Folds one block's sum of rounded P (the same for every thread of the row) like O: sum * rescale + tile.
+  CUTE_DEVICE void fold_pv_sum(const float (&o_rescale)[2], const float (&tile_pv_sum)[2]) {
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) { pv_sum[h] = fmaf(pv_sum[h], o_rescale[h], tile_pv_sum[h]); }
+  }
+
   // After the last KV block: the per-row factor that turns O into the output (v_descale / sum, 0 for an
   // empty row) and the natural-log LSE. sink_log2[h] = sink * log2(e) of the row's q head, or -inf without a
   // sink. The sink joins the denominator only: exp(sink) relative to the reference point 2^(m*scale_log2 - 8) of P.
@@ -69,17 +83,20 @@ struct OnlineSoftmax {
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       float sum = quad_allreduce_sum(row_sum[h]);
+      float o_sum = pv_sum[h];
       float reference = row_max[h] == -INFINITY ? -INFINITY : row_max[h] * scale_log2 - kFp8MaxOffset;
       float factor = 1.f;
       if (sink_log2[h] != -INFINITY) {
         // Move the reference up if the sink dominates, so exp2 stays finite.
         const float new_reference = fmaxf(reference, sink_log2[h] - kFp8MaxOffset);
         factor = exp2_approx(reference - new_reference);
-        sum = fmaf(sum, factor, exp2_approx(sink_log2[h] - new_reference));
+        const float sink_p = exp2_approx(sink_log2[h] - new_reference);
+        sum = fmaf(sum, factor, sink_p);
+        o_sum = fmaf(o_sum, factor, sink_p);
         reference = new_reference;
       }
-      const bool empty = !(sum > 0.f);
-      o_scale[h] = empty ? 0.f : factor * v_descale / sum;
+      const bool empty = !(sum > 0.f) || !(o_sum > 0.f);
+      o_scale[h] = empty ? 0.f : factor * v_descale / o_sum;
       lse[h] = empty ? -INFINITY : (reference + __log2f(sum)) * kLn2;
     }
   }

@@ -16,6 +16,15 @@ CUTE_DEVICE float exp2_approx(float x) {
   return y;
 }
 
+// threadIdx.x, read again rather than reused: values derived from the thread index that are needed only after
+// the KV loop (the epilogue's rows) are then recomputed instead of held in a register through the loop, where
+// the MMA warpgroups have none to spare (a volatile read is not merged with the earlier one).
+CUTE_DEVICE int thread_idx_reread() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
 // Reductions over the 4 threads of a quad, which together hold one accumulator row.
 CUTE_DEVICE float quad_allreduce_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
