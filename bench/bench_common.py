@@ -80,23 +80,6 @@ class L2Flush:
         self.buffer.zero_()
 
 
-def time_events(fn: Callable[[], Any], *, flush: Optional[L2Flush], warmup: int = 5, iters: int = 30) -> float:
-    """Median milliseconds of fn() between CUDA events, with the L2 flushed before each run (outside the
-    events), after ``warmup`` untimed runs."""
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for start, end in zip(starts, ends):
-        if flush is not None:
-            flush()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
 def capture_graph(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
     """Captures fn() into a CUDA graph after one run on a side stream (lazy initialisation, library load
     and allocator warm-up must not happen inside capture)."""
@@ -124,6 +107,36 @@ def time_graph(graph: torch.cuda.CUDAGraph, *, warmup: int = 3, iters: int = 50)
         end.record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def time_back_to_back(fn: Callable[[], Any], *, flush: Optional[L2Flush], warmup: int = 3, iters: int = 20,
+                      reps: int = 8) -> float:
+    """Median GPU milliseconds of one fn() call, timing GPU work only: ``reps`` calls are captured into one CUDA
+    graph and each replay (after an L2 flush, outside the events) is timed, so neither the host path of an eager
+    call nor the flush leaves the GPU idle inside the timed window. A callable that cannot be captured is timed
+    as ``reps`` eager calls back to back instead (host time may then show for short kernels)."""
+    try:
+        graph = capture_graph(lambda: [fn() for _ in range(reps)])
+        run = graph.replay
+    except RuntimeError as err:
+        print(f"  [timing] CUDA graph capture failed ({str(err).splitlines()[0][:80]}); timing eager calls")
+        torch.cuda.synchronize()
+
+        def run() -> None:
+            for _ in range(reps):
+                fn()
+    for _ in range(warmup):
+        run()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for start, end in zip(starts, ends):
+        if flush is not None:
+            flush()
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / reps
 
 
 def importable(module: str) -> bool:

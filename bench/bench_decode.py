@@ -209,7 +209,7 @@ def bench_paged(shape: dict[str, Any], flush: bc.L2Flush, args: argparse.Namespa
     peers = {"fa3_fp8": fa3_fp8, "vllm_fa_fp8": vllm_fa_fp8}
     for name, build in peers.items():
         if name in args.peers:
-            times[f"{name}_us"] = bc.try_peer(name, lambda build=build: per_layer_us(build(shape, layers), flush, args))
+            times[f"{name}_us_same_run"] = bc.try_peer(name, lambda build=build: per_layer_us(build(shape, layers), flush, args))
     return times
 
 
@@ -242,9 +242,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     series = {"fp8attn": [r["us"] for r in rows],
               "design fp8 (published)": [r["published_us"].get("design_fp8") for r in rows],
               "FA3 fp8 (measured, json)": [r["measured_us"].get("fa3_fp8") for r in rows]}
-    for key in ("fa3_fp8_us", "vllm_fa_fp8_us", "sdpa_bf16_dense_us"):
+    for key in ("fa3_fp8_us_same_run", "vllm_fa_fp8_us_same_run", "sdpa_bf16_dense_us"):
         if any(r.get(key) for r in rows):
-            series[key.removesuffix("_us") + " (this run)"] = [r.get(key) for r in rows]
+            series[key.removesuffix("_same_run").removesuffix("_us") + " (this run)"] = [r.get(key) for r in rows]
     fig, (ax_us, ax_pct) = plt.subplots(1, 2, figsize=(16, 5))
     width = 0.8 / len(series)
     for i, (label, values) in enumerate(series.items()):
@@ -296,7 +296,7 @@ def main() -> None:
         "commit": meta["commit"], "gpu": meta["gpu"], "date": meta["date"], "meta": meta})
     plot(rows, args.out_dir / "decode.png")
 
-    peer_keys = [k for k in ("fa3_fp8_us", "vllm_fa_fp8_us", "sdpa_bf16_dense_us") if any(r.get(k) for r in rows)]
+    peer_keys = [k for k in ("fa3_fp8_us_same_run", "vllm_fa_fp8_us_same_run", "sdpa_bf16_dense_us") if any(r.get(k) for r in rows)]
     headers = ["shape", "KV MB", "us", "floor us", "% floor", "GB/s", "design us", "x design", "fa3 fp8 us (json)",
                *(k.removesuffix("_us") + " us" for k in peer_keys)]
     table = [[r["name"], r["kv_MB"], r["us"], r["floor_us"], r["pct_floor"], r["GBps"],

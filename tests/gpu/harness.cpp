@@ -745,6 +745,7 @@ Metrics Problem::check(const Output& output) {
   };
   std::vector<LseRow> lse_rows;
   double sum_sq_err = 0, sum_sq_emul_err = 0, sum_sq_exact = 0;
+  double sum_out = 0, sum_emul = 0, sum_exact = 0;  // for the mean ratios
 
   for (int b = 0; b < c.batch; ++b) {
     for (int r = 0; r < c.seqlens_q[b]; ++r) {
@@ -761,6 +762,8 @@ Metrics Problem::check(const Output& output) {
           m.emul_max_abs_err = std::max(m.emul_max_abs_err, std::fabs(emulation - exact));
           sum_sq_emul_err += (emulation - exact) * (emulation - exact);
           sum_sq_exact += exact * exact;
+          sum_exact += exact;
+          sum_emul += emulation;
           const double value = out_value(i);
           if (!std::isfinite(value)) {
             if (m.nonfinite++ == 0)
@@ -771,6 +774,7 @@ Metrics Problem::check(const Output& output) {
           }
           const double err = std::fabs(value - exact);
           sum_sq_err += err * err;
+          sum_out += value;
           if (err > worst.err) worst = {err, b, r, h, col, value, exact, emulation};
         }
         if (!c.lse) continue;
@@ -816,6 +820,8 @@ Metrics Problem::check(const Output& output) {
   m.rel_rms = sum_sq_exact > 0 ? std::sqrt(sum_sq_err / sum_sq_exact)
                                : (sum_sq_err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   m.emul_rel_rms = sum_sq_exact > 0 ? std::sqrt(sum_sq_emul_err / sum_sq_exact) : 0.0;
+  m.mean_ratio = sum_exact != 0 ? sum_out / sum_exact : 1.0;
+  m.emul_mean_ratio = sum_exact != 0 ? sum_emul / sum_exact : 1.0;
 
   // Everything outside the valid rows (varlen padding rows, stride gaps) must still hold the poison.
   std::ostringstream first_stray;

@@ -112,6 +112,9 @@ struct Metrics {
   double bound = 0;    // 2 * emul_max_abs_err + 2 ulp_bf16(max_abs_exact)
   double rel_rms = 0;  // sqrt(sum (out - exact)^2 / sum exact^2)
   double emul_rel_rms = 0;
+  // sum(out) / sum(exact) over the valid elements: a bias shows here long before it shows in the RMS.
+  double mean_ratio = 1;
+  double emul_mean_ratio = 1;
   // LSE, over entries where the exact LSE is finite. The bar is per row (derivation in harness.cpp, "The LSE
   // bar"): |lse - exact| <= 2 * emul_lse_max_abs_err + 1e-3 + 2^-11 * M_row, where M_row = max over the row's
   // visible keys j of |softmax_scale * q_descale * k_descale| * sum_c |q_c k_jc| (FP8 WGMMA's truncating
