@@ -10,6 +10,8 @@
 
 #include <cmath>
 
+#include <cutlass/arch/grid_dependency_control.h>
+
 namespace fp8attn::sm90 {
 
 namespace {
@@ -35,6 +37,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(const Comb
   const int lane = threadIdx.x % 32;
   const int row = warp_global / args.num_heads_q;
   const int head = warp_global % args.num_heads_q;
+  // Launched as a programmatic dependent of the forward kernel (launch_combine): the launch overlaps the
+  // forward's tail, and this wait orders every read of the partials after the forward grid's writes.
+  cutlass::arch::wait_on_dependent_grids();
   if (row >= args.partial_rows) { return; }
   // Varlen: rows past the last sequence (padding up to total_q) belong to no sequence and stay untouched.
   if (args.cu_seqlens_q != nullptr && row >= args.cu_seqlens_q[args.batch]) { return; }
@@ -118,8 +123,18 @@ cudaError_t launch_combine(const CombineArgs& args, cudaStream_t stream) {
   const int64_t warps = int64_t(args.partial_rows) * args.num_heads_q;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks == 0) { return cudaSuccess; }
-  combine_kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(args);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kWarpsPerBlock * 32);
+  config.stream = stream;
+  // Programmatic stream serialization: the combine may launch once every forward CTA has reached its epilogue
+  // (fwd_kernel.cuh); small decode steps otherwise pay a full kernel-boundary gap here.
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, combine_kernel, args);
 }
 
 }  // namespace fp8attn::sm90

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cutlass/arch/grid_dependency_control.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
@@ -44,8 +45,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       cute::prefetch_tma_descriptor(params.tma_k_tile.get_tma_descriptor());
       cute::prefetch_tma_descriptor(params.tma_v_tile.get_tma_descriptor());
     }
-    // TMA: one arrival plus the transaction bytes; PackGQA gather: every producer thread arrives.
-    smem.barrier_q.init(args.pack_gqa ? Traits::kNumProducerThreads : 1);
+    // TMA: one arrival plus the transaction bytes; PackGQA gather: every transpose-warp thread arrives.
+    smem.barrier_q.init(args.pack_gqa ? Traits::kNumTransposeThreads : 1);
   }
 
   // Barriers are initialised by warp 0 inside the pipeline constructors.
@@ -122,6 +123,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     }
     float o_scale[2], lse[2];
     softmax.finalize(args.v_descale.load(tile.batch, kv_head), sink_log2, o_scale, lse);
+    // Programmatic dependent launch: once every CTA is here, the split-KV combine may start launching; it waits
+    // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late so that
+    // waiting combine CTAs never hold an SM a forward CTA of a later wave still needs.
+    cutlass::arch::launch_dependent_grids();
     Epilogue<Traits>::store(args, seq, tile.m_block, tile.head, tile.split, epilogue_thread, tOrO, o_scale, lse);
   }
 }

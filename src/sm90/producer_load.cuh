@@ -49,7 +49,9 @@ struct ProducerLoad {
     Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
 
     if (args.pack_gqa) {
-      gather_q_packed(args, seq, m_block, kv_head, sQ, smem);
+      // Warps 1-3 gather Q while warp 0 already issues the K/V loads: the gather is a chain of dependent
+      // global loads, and decode is latency-bound on short sequences.
+      if (warp != 0) { gather_q_packed(args, seq, m_block, kv_head, sQ, smem); }
     } else if (is_tma_issuer) {
       // Varlen sequences are a row offset into one packed batch.
       Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q)(_, _, head_q, seq.tma_batch_q);  // (rows_q, D)
@@ -162,7 +164,7 @@ struct ProducerLoad {
   }
 
   // PackGQA: tile row r holds token (m_block * BLK_M + r) / G of q head kv_head * G + (m_block * BLK_M + r) % G,
-  // a gather TMA cannot express. The producer threads copy Q in 16-byte chunks into the swizzled sQ
+  // a gather TMA cannot express. The transpose warps (1-3) copy Q in 16-byte chunks into the swizzled sQ
   // (zeros past the sequence) and arrive on barrier_q, which counts all of them for this path.
   template <class TensorQ>
   CUTE_DEVICE static void gather_q_packed(const FwdArgs& args, const SeqInfo& seq, int m_block, int kv_head,
@@ -170,7 +172,7 @@ struct ProducerLoad {
     constexpr int kChunksPerRow = kHeadDim / 16;
     const int group = args.qheads_per_kvhead;
     CUTE_UNROLL
-    for (int chunk = threadIdx.x; chunk < kBlockM * kChunksPerRow; chunk += Traits::kNumProducerThreads) {
+    for (int chunk = threadIdx.x - 32; chunk < kBlockM * kChunksPerRow; chunk += Traits::kNumTransposeThreads) {
       const int r = chunk / kChunksPerRow;
       const int col = (chunk % kChunksPerRow) * 16;
       int token, g;
