@@ -62,7 +62,7 @@ struct KernelTraits {
   // would not fit the MMA warpgroup's registers (dv > 128, or two CTAs per SM), the PV GEMM runs in dv
   // chunks through one chunk-sized tile accumulator.
   static constexpr int kPvChunk = kHeadDimV > 128 ? 64
-                                 : kCtasPerSm == 2 && kHeadDimV == 128 ? 16 : kHeadDimV;
+                                 : kCtasPerSm == 2 && kHeadDimV == 128 ? 32 : kHeadDimV;
   static constexpr int kNumPvChunks = kHeadDimV / kPvChunk;
 
   // setmaxnreg split (per thread; a CTA's pool is 65536 / kCtasPerSm registers). The producer also

@@ -39,6 +39,9 @@ struct MainloopMma {
   using TiledMmaQK = typename Traits::TiledMmaQK;
   using TiledMmaPV = typename Traits::TiledMmaPV;
   using TiledMmaPvSum = typename Traits::TiledMmaPvSum;
+  // Unchunked P V issues P x ones with it (the MMA warpgroups have the 4 registers to spare at d <= 128); chunked
+  // P V (dv > 128, or two CTAs per SM) is at its register limit and issues it after the last chunk instead.
+  static constexpr bool kPvSumWithFirstChunk = Traits::kNumPvChunks == 1 || !Traits::kTwoLevel;
 
   // The O accumulator of this thread: (MMA, MMA_M, DV / kPvChunk) fp32.
   using FragmentO = decltype(partition_fragment_C(TiledMmaPV{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
@@ -117,10 +120,11 @@ struct MainloopMma {
       warpgroup_fence_operand(tOrOTile);
       warpgroup_arrive();
       gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv, tOrP, vt_operand(chunk, stage), tOrOTile);
-      if (chunk == 0) { gemm_pv_sum(); }
+      if (kPvSumWithFirstChunk && chunk == 0) { gemm_pv_sum(); }
       warpgroup_commit_batch();
     };
-    // The remaining dv chunks of a block's P V, one after the other through the one tile accumulator.
+    // The remaining dv chunks of a block's P V, one after the other through the one tile accumulator; with
+    // chunks, P x ones runs last, alone, when the tile accumulator is free (its registers are then reused).
     auto pv_remaining_chunks = [&](int stage, const float (&rescale)[2]) {
       CUTE_UNROLL
       for (int chunk = 1; chunk < Traits::kNumPvChunks; ++chunk) {
@@ -128,6 +132,12 @@ struct MainloopMma {
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrOTile);
         fold(chunk, rescale);
+      }
+      if constexpr (!kPvSumWithFirstChunk) {
+        warpgroup_arrive();
+        gemm_pv_sum();
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
       }
     };
     // Single-level accumulation (built only to measure what two-level accumulation buys, see
@@ -157,7 +167,6 @@ struct MainloopMma {
       }
     };
     auto complete_pv_previous = [&](int stage, const float (&rescale)[2]) {
-      fold_pv_sum(rescale);
       if constexpr (Traits::kTwoLevel) {
         warpgroup_fence_operand(tOrOTile);
         fold(0, rescale);
@@ -165,6 +174,7 @@ struct MainloopMma {
       } else {
         warpgroup_fence_operand(tOrO);
       }
+      fold_pv_sum(rescale);
     };
 
     PipelineState k_state;

@@ -171,7 +171,9 @@ struct ProducerLoad {
                                           TensorQ& sQ, SharedStorage& smem) {
     constexpr int kChunksPerRow = kHeadDim / 16;
     const int group = args.qheads_per_kvhead;
-    CUTE_UNROLL
+    // Four 16-byte loads in flight per thread: enough to cover the latency, and within the producer's registers
+    // (a full unroll spilled at d = 192).
+    #pragma unroll 4
     for (int chunk = threadIdx.x - 32; chunk < kBlockM * kChunksPerRow; chunk += Traits::kNumTransposeThreads) {
       const int r = chunk / kChunksPerRow;
       const int col = (chunk % kChunksPerRow) * 16;
