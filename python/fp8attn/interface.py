@@ -56,15 +56,18 @@ def _call(
         out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
     lse = q.new_empty(lse_shape, dtype=torch.float32) if return_lse else None
     window_left, window_right = _args.normalize_window(window_size, causal)
-    try:
-        torch.ops.fp8attn.fwd(
-            q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
+    args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
             s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
             bool(causal), window_left, window_right, num_splits)
-    except (ValueError, NotImplementedError) as err:
-        # The library's words, under the name of the function the user called.
-        message = str(err).removeprefix("fp8attn: ")
-        raise type(err)(f"fp8attn.{names.function}: {message}") from None
+    if torch.compiler.is_compiling():  # traced: the library runs later, at replay
+        torch.ops.fp8attn.fwd(*args)
+    else:
+        try:
+            torch.ops.fp8attn.fwd(*args)
+        except (ValueError, NotImplementedError) as err:
+            # The library's words, under the name of the function the user called.
+            message = str(err).removeprefix("fp8attn: ")
+            raise type(err)(f"fp8attn.{names.function}: {message}") from None
     return (out, lse) if return_lse else out
 
 
