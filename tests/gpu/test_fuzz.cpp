@@ -18,10 +18,13 @@
 #include <cstdlib>
 #include <exception>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "harness.h"
+#include "host/config.h"
 
 namespace fp8attn_test {
 namespace {
@@ -216,6 +219,48 @@ TEST(Fuzz, RandomConfigurationsMatchTheReference) {
               failed, seconds);
   std::fflush(stdout);
   EXPECT_EQ(failed, 0);
+}
+
+// Every compiled two-level kernel (head dims x block_m) once, against the reference: what the sanitizer runs
+// (FP8ATTN_SANITIZE_FUZZ) need to cover every variant, whatever the fuzz drew. A decode call (few packed rows)
+// selects block_m = 64, a prefill call block_m = 128; the test checks that together they reach every kernel.
+TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
+  std::set<std::string> compiled, covered;
+  std::istringstream lines(fp8attn_compiled_kernels());
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line.find("one_level") == std::string::npos) compiled.insert(line);
+  fp8attn::DeviceInfo device;
+  ASSERT_TRUE(fp8attn::query_device(&device).ok());
+  uint64_t seed = 7000;
+  for (const auto& [d, dv] : compiled_head_dims()) {
+    for (const bool decode : {true, false}) {
+      Case c;
+      c.head_dim = d;
+      c.head_dim_v = dv;
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      c.batch = 3;
+      c.varlen_q = true;
+      c.seqlens_q = decode ? std::vector<int>{1, 1, 1} : std::vector<int>{200, 17, 130};
+      c.seqlens_k = decode ? std::vector<int>{700, 33, 1} : std::vector<int>{300, 17, 400};
+      c.kv = decode ? KvLayout::kPaged : KvLayout::kVarlen;
+      c.page_size = 32;
+      c.causal = true;
+      c.sink = decode ? SinkType::kF32 : SinkType::kNone;
+      c.seed = seed++;
+      SCOPED_TRACE(c.describe());
+      Problem problem(c);
+      const fp8attn::KernelConfig config =
+          fp8attn::select_config(fp8attn::describe_problem(problem.params(), device));
+      covered.insert(config.key.to_string());
+      const fp8attn::Status status = problem.run();
+      ASSERT_TRUE(status.ok()) << status.message();
+      const Metrics m = problem.check(problem.download());
+      EXPECT_TRUE(m.passed) << m.failure;
+    }
+  }
+  for (const std::string& kernel : compiled)
+    EXPECT_TRUE(covered.count(kernel)) << "no call of this test selects the compiled kernel " << kernel;
 }
 
 }  // namespace
