@@ -40,8 +40,7 @@ def fp8_randn(*shape: int, device: str = "cuda") -> "torch.Tensor":
 def test_all_key_lengths_zero_gives_zeros_and_minus_inf_lse() -> None:
     hq, hkv, d, lens_q = 8, 2, 128, [3, 1, 5]
     q = fp8_randn(sum(lens_q), hq, d)
-    k = torch.empty(0, hkv, d, dtype=E4M3, device="cuda")
-    assert k.data_ptr() == 0, "torch is expected to hand over NULL for an empty tensor"
+    k = torch.empty(0, hkv, d, dtype=E4M3, device="cuda")  # no elements: torch's data pointer is NULL
     cu_q = torch.tensor([0, 3, 4, 9], dtype=torch.int32, device="cuda")
     cu_k = torch.zeros(4, dtype=torch.int32, device="cuda")
     out, lse = fp8attn.flash_attn_varlen_func(q, k, k, max(lens_q), cu_q, 0, cu_seqlens_k=cu_k, causal=True,
