@@ -5,11 +5,14 @@
   - A call with tensors on two devices is refused by name; a call on cuda:1 with tensors there works while
     cuda:0 is current, and never creates a context on cuda:0 (checked in a fresh process through the driver).
   - Two streams used from two host threads at once give the bits of serial calls.
+  - A refusal by the library carries the name of the function called; FP8ATTN_CHECK_DEVICE_ARGS=1 names an
+    out-of-range value inside seqused_k.
 The two-device tests skip, saying so, on a machine with fewer than two GPUs.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -140,3 +143,40 @@ def test_two_streams_two_threads_same_bits_as_serial() -> None:
         assert len(per_thread) == rounds
         for which, (out, lse) in per_thread:
             assert torch.equal(out, serial[which][0]) and torch.equal(lse, serial[which][1]), f"call {which}"
+
+
+def test_library_errors_name_the_function_called() -> None:
+    # A layout the Python checks pass and the library refuses: a q row stride that is not 16-byte aligned.
+    hq, hkv, d, t = 4, 2, 128, 9
+    q = fp8_randn(t, hq * d + 8)[:, : hq * d].unflatten(1, (hq, d))
+    k = fp8_randn(t, hkv, d)
+    cu = torch.tensor([0, t], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=r"^fp8attn\.flash_attn_varlen_func: q_row_stride: expected a multiple of 16"):
+        fp8attn.flash_attn_varlen_func(q, k, k, t, cu, t, cu_seqlens_k=cu)
+
+
+# FP8ATTN_CHECK_DEVICE_ARGS is read once per process: a fresh one, with it set.
+DEVICE_ARGS_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import torch, fp8attn
+    q = torch.randn(4, 8, 128, device="cuda").to(torch.float8_e4m3fn)
+    cache = torch.randn(2, 16, 16, 2, 128, device="cuda").to(torch.float8_e4m3fn)
+    cu_q = torch.arange(5, dtype=torch.int32, device="cuda")
+    table = torch.arange(16, dtype=torch.int32, device="cuda").reshape(4, 4)
+    used = torch.tensor([5, 64, 65, 0], dtype=torch.int32, device="cuda")  # 65 > max_seqlen_k = 64
+    try:
+        fp8attn.flash_attn_varlen_func(q, cache[0], cache[1], 1, cu_q, 64, seqused_k=used, block_table=table)
+    except ValueError as err:
+        print(err)
+        sys.exit(0 if "seqused_k[2]" in str(err) and "(FP8ATTN_CHECK_DEVICE_ARGS)" in str(err) else 1)
+    print("accepted")
+    sys.exit(1)
+""")
+
+
+def test_debug_check_names_out_of_range_device_values() -> None:
+    env = dict(os.environ, FP8ATTN_CHECK_DEVICE_ARGS="1")
+    result = subprocess.run([sys.executable, "-c", DEVICE_ARGS_SCRIPT, str(REPO_ROOT / "python")], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
