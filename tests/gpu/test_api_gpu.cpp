@@ -99,6 +99,16 @@ const BadCall kBadCalls[] = {
      [](fp8attn_fwd_params* p) { p->window_right = 5; },
      {StatusCode::kInvalidArgument},
      "window"},
+    // The two holes, which used to launch and read past the buffers: a v shorter than k, an s_aux
+    // shorter than num_heads_q.
+    {"v_shorter_than_k",
+     [](fp8attn_fwd_params* p) { p->v_shape.size[0] -= 1; },
+     {StatusCode::kInvalidArgument},
+     "v: expected shape"},
+    {"sink_shorter_than_num_heads_q",
+     [](fp8attn_fwd_params* p) { p->sink_len = p->num_heads_kv; },
+     {StatusCode::kInvalidArgument},
+     "s_aux"},
     {"q_null", [](fp8attn_fwd_params* p) { p->q = nullptr; }, {StatusCode::kInvalidArgument}, "q"},
     {"out_null", [](fp8attn_fwd_params* p) { p->out = nullptr; }, {StatusCode::kInvalidArgument}, "out"},
     {"q_head_stride_unaligned",
