@@ -133,17 +133,19 @@ Status check_device_args(const FwdParams& p, cudaStream_t stream) {
     }
   }
   if (paged) {
+    // The whole table in one copy: rows b * block_table_batch_stride, each max_pages_per_seq wide.
+    const int64_t extent = int64_t{p.batch - 1} * p.block_table_batch_stride + p.max_pages_per_seq;
+    const Status status = download(p.block_table, extent, stream, "block_table", &values);
+    if (!status.ok()) return status;
     for (int b = 0; b < p.batch; ++b) {
-      const int64_t pages = (int64_t{used[b]} + p.page_size - 1) / p.page_size;  // validated: <= max_pages_per_seq
-      const Status status = download(p.block_table + b * p.block_table_batch_stride, pages, stream, "block_table",
-                                     &values);
-      if (!status.ok()) return status;
+      const int64_t pages = (int64_t{used[b]} + p.page_size - 1) / p.page_size;  // checked: <= max_pages_per_seq
+      const int32_t* row = values.data() + b * p.block_table_batch_stride;
       for (int64_t i = 0; i < pages; ++i) {
-        if (values[i] < 0 || values[i] >= p.num_pages) {
+        if (row[i] < 0 || row[i] >= p.num_pages) {
           return invalid("block_table[" + std::to_string(b) + ", " + std::to_string(i) + "]: expected a page id in [0, " +
                          "num_pages=" + std::to_string(p.num_pages) + ") (sequence " + std::to_string(b) + " uses " +
                          std::to_string(pages) + " pages for seqused_k=" + std::to_string(used[b]) + " keys), got " +
-                         std::to_string(values[i]));
+                         std::to_string(row[i]));
         }
       }
     }

@@ -733,7 +733,7 @@ TEST(ValidateWorkspace, HeuristicPlansStayFarBelowTheCap) {
 // Extents: each array's allocation against the sizes (params.h, "Extents")
 // ---------------------------------------------------------------------------------------------------
 
-TEST(ValidateExtents, BaselinesDescribeEveryArray) {
+TEST(CApi, ParamsInitLeavesExtentsNotDescribed) {
   FwdParams p;
   fp8attn_fwd_params_init(&p);
   for (const fp8attn_shape* s : {&p.q_shape, &p.k_shape, &p.v_shape, &p.out_shape, &p.lse_shape})
