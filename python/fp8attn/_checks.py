@@ -68,57 +68,60 @@ def check_call(
     max_seqlen_k: int,
     num_splits: int,
 ) -> None:
-    """Raises ValueError naming the first argument whose extent or device disagrees with the others."""
-    given = {
-        names.k: k, names.v: v, "out": out, "lse": lse, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
-        names.seqused_k: seqused_k, "block_table": block_table, "q_descale": q_descale, "k_descale": k_descale,
-        "v_descale": v_descale, "s_aux": s_aux,
-    }
-    for name, t in given.items():
-        if t is not None and t.device != q.device:
-            _fail(names, f"{name} is on {t.device} but q is on {q.device}: every tensor of a call must be on one device")
+    """Raises ValueError naming the first argument whose extent or device disagrees with the others.
 
+    Written for the eager path's host time (a few microseconds): each shape is read once, and names and
+    messages are built only on a failure.
+    """
+    device = q.device
+    others = (k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
+              s_aux)
+    for t in others:
+        if t is not None and t.device != device:
+            _fail_device(names, others, device)
+
+    q_shape, k_shape, v_shape = _shape(q), _shape(k), _shape(v)
     varlen_q = cu_seqlens_q is not None
     paged = block_table is not None
     varlen_k = cu_seqlens_k is not None and not paged
 
     # q fixes batch, query rows, heads and the head dim.
     if varlen_q:
-        if len(q.shape) != 3:
-            _fail(names, f"q must be [total_q, num_heads_q, head_dim] with cu_seqlens_q, got shape {_shape(q)}")
-        if cu_seqlens_q.dtype != names.int32 or len(cu_seqlens_q.shape) != 1 or cu_seqlens_q.shape[0] < 2:
+        if len(q_shape) != 3:
+            _fail(names, f"q must be [total_q, num_heads_q, head_dim] with cu_seqlens_q, got shape {q_shape}")
+        cu_q_shape = _shape(cu_seqlens_q)
+        if cu_seqlens_q.dtype != names.int32 or len(cu_q_shape) != 1 or cu_q_shape[0] < 2:
             _fail(names, f"cu_seqlens_q must be a 1-d int32 tensor of batch + 1 >= 2 entries, got dtype "
-                         f"{cu_seqlens_q.dtype}, shape {_shape(cu_seqlens_q)}")
-        batch = int(cu_seqlens_q.shape[0]) - 1
-        _, num_heads_q, head_dim = _shape(q)
+                         f"{cu_seqlens_q.dtype}, shape {cu_q_shape}")
+        batch = cu_q_shape[0] - 1
+        _, num_heads_q, head_dim = q_shape
     else:
-        if len(q.shape) != 4:
-            _fail(names, f"q must be [batch, seqlen_q, num_heads_q, head_dim], got shape {_shape(q)}")
-        batch, _, num_heads_q, head_dim = _shape(q)
+        if len(q_shape) != 4:
+            _fail(names, f"q must be [batch, seqlen_q, num_heads_q, head_dim], got shape {q_shape}")
+        batch, _, num_heads_q, head_dim = q_shape
 
     # k fixes the key layout and the kv heads; v must match it in everything but its head dim.
-    if paged:
-        k_layout = "[num_pages, page_size, num_heads_kv, head_dim] (paged, with block_table)"
-    elif varlen_k:
-        k_layout = "[total_k, num_heads_kv, head_dim] (with cu_seqlens_k)"
-    else:
-        k_layout = "[batch, seqlen_k, num_heads_kv, head_dim]"
     k_ndim = 3 if varlen_k else 4
-    for name, t in ((names.k, k), (names.v, v)):
-        if len(t.shape) != k_ndim:
-            _fail(names, f"{name} must be {k_layout}, got shape {_shape(t)}")
-    num_heads_kv = int(k.shape[-2])
-    if k.shape[-1] != head_dim:
-        _fail(names, f"{names.k} must have q's head_dim = {head_dim} in its last dimension, got shape {_shape(k)}")
-    if _shape(v)[:-1] != _shape(k)[:-1]:
-        _fail(names, f"{names.v} must have {names.k}'s shape {_shape(k)[:-1]} in all but its last (head) dimension, "
-                     f"got {_shape(v)}")
+    if len(k_shape) != k_ndim or len(v_shape) != k_ndim:
+        if paged:
+            k_layout = "[num_pages, page_size, num_heads_kv, head_dim] (paged, with block_table)"
+        elif varlen_k:
+            k_layout = "[total_k, num_heads_kv, head_dim] (with cu_seqlens_k)"
+        else:
+            k_layout = "[batch, seqlen_k, num_heads_kv, head_dim]"
+        name, shape = (names.k, k_shape) if len(k_shape) != k_ndim else (names.v, v_shape)
+        _fail(names, f"{name} must be {k_layout}, got shape {shape}")
+    num_heads_kv, head_dim_v = k_shape[-2], v_shape[-1]
+    if k_shape[-1] != head_dim:
+        _fail(names, f"{names.k} must have q's head_dim = {head_dim} in its last dimension, got shape {k_shape}")
+    if v_shape[:-1] != k_shape[:-1]:
+        _fail(names, f"{names.v} must have {names.k}'s shape {k_shape[:-1]} in all but its last (head) dimension, "
+                     f"got {v_shape}")
     if num_heads_kv < 1 or num_heads_q % num_heads_kv != 0:
         _fail(names, f"num_heads_q = {num_heads_q} (q.shape[-2]) must be a multiple of num_heads_kv = {num_heads_kv} "
                      f"({names.k}.shape[-2])")
-    if not paged and not varlen_k and k.shape[0] != batch:
-        _fail(names, f"{names.k} must have batch = {batch} (q.shape[0]) sequences, got shape {_shape(k)}")
-    head_dim_v = int(v.shape[-1])
+    if not paged and not varlen_k and k_shape[0] != batch:
+        _fail(names, f"{names.k} must have batch = {batch} (q.shape[0]) sequences, got shape {k_shape}")
 
     # The per-sequence vectors and the block table have one entry (row) per sequence. (That the table covers
     # max_seqlen_k is the library's check: traced calls may pass a loose bound.)
@@ -127,37 +130,50 @@ def check_call(
     if seqused_k is not None:
         _check_vector(names, seqused_k, names.seqused_k, batch, "batch")
     if paged:
-        if block_table.dtype != names.int32 or len(block_table.shape) != 2:
+        table_shape = _shape(block_table)
+        if block_table.dtype != names.int32 or len(table_shape) != 2:
             _fail(names, f"block_table must be a 2-d int32 tensor [batch, max_pages], got dtype {block_table.dtype}, "
-                         f"shape {_shape(block_table)}")
-        if block_table.shape[0] != batch:
-            _fail(names, f"block_table must have batch = {batch} rows, got shape {_shape(block_table)}")
+                         f"shape {table_shape}")
+        if table_shape[0] != batch:
+            _fail(names, f"block_table must have batch = {batch} rows, got shape {table_shape}")
 
     # One sink per q head; descales per (batch, kv head), or broadcast.
     if s_aux is not None and _shape(s_aux) != (num_heads_q,):
         _fail(names, f"s_aux must have shape (num_heads_q,) = ({num_heads_q},), got {_shape(s_aux)}")
-    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        if t is None:
-            continue
-        shape = _shape(t)
-        numel = 1
-        for n in shape:
-            numel *= n
-        if numel != 1 and shape != (num_heads_kv,) and shape != (batch, num_heads_kv):
-            _fail(names, f"{name} must be one value, (num_heads_kv,) = ({num_heads_kv},) or (batch, num_heads_kv) = "
-                         f"({batch}, {num_heads_kv}), got shape {shape}")
+    for t in (q_descale, k_descale, v_descale):
+        if t is not None:
+            shape = _shape(t)
+            if shape != (batch, num_heads_kv) and shape != (num_heads_kv,) and _numel(shape) != 1:
+                name = ("q_descale", "k_descale", "v_descale")[[q_descale, k_descale, v_descale].index(t)]
+                _fail(names, f"{name} must be one value, (num_heads_kv,) = ({num_heads_kv},) or (batch, "
+                             f"num_heads_kv) = ({batch}, {num_heads_kv}), got shape {shape}")
 
     # What the call writes: out like q with head_dim_v, lse [B, Hq, Sq] or [Hq, total_q].
-    out_shape = _shape(q)[:-1] + (head_dim_v,)
-    if out is not None and _shape(out) != out_shape:
-        _fail(names, f"out must have shape {out_shape} (q's, with {names.v}'s head dim), got {_shape(out)}")
+    if out is not None and _shape(out) != q_shape[:-1] + (head_dim_v,):
+        _fail(names, f"out must have shape {q_shape[:-1] + (head_dim_v,)} (q's, with {names.v}'s head dim), got "
+                     f"{_shape(out)}")
     if lse is not None:
-        lse_shape = (num_heads_q, q.shape[0]) if varlen_q else (batch, num_heads_q, q.shape[1])
+        lse_shape = (num_heads_q, q_shape[0]) if varlen_q else (batch, num_heads_q, q_shape[1])
         if _shape(lse) != lse_shape:
             _fail(names, f"lse must have shape {lse_shape}, got {_shape(lse)}")
 
-    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if value < 0:
-            _fail(names, f"{name} must be >= 0, got {value}")
+    if max_seqlen_q < 0 or max_seqlen_k < 0:
+        name, value = ("max_seqlen_q", max_seqlen_q) if max_seqlen_q < 0 else ("max_seqlen_k", max_seqlen_k)
+        _fail(names, f"{name} must be >= 0, got {value}")
     if not 0 <= num_splits <= MAX_SPLITS:
         _fail(names, f"num_splits must be 0 (heuristic) or 1..{MAX_SPLITS}, got {num_splits}")
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    numel = 1
+    for n in shape:
+        numel *= n
+    return numel
+
+
+def _fail_device(names: Names, others: tuple, device: Any) -> None:
+    labels = (names.k, names.v, "out", "lse", "cu_seqlens_q", "cu_seqlens_k", names.seqused_k, "block_table",
+              "q_descale", "k_descale", "v_descale", "s_aux")
+    for name, t in zip(labels, others):
+        if t is not None and t.device != device:
+            _fail(names, f"{name} is on {t.device} but q is on {device}: every tensor of a call must be on one device")
