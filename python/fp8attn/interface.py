@@ -138,8 +138,7 @@ def flash_attn_varlen_func(
                              return_attn_probs=return_attn_probs, cp_world_size=cp_world_size)
     _args.check_kv_length_args(cu_seqlens_k is not None, seqused_k is not None, block_table is not None)
     return _call(
-        _VARLEN_NAMES, q, k, v, out, out_dtype, return_softmax_lse,
-        (q.shape[1], q.shape[0]),
+        _VARLEN_NAMES, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[1], q.shape[0]),
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=block_table,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -222,8 +221,7 @@ def flash_attn_func(
     """
     _args.reject_unsupported(softcap=softcap)
     return _call(
-        _DENSE_NAMES, q, k, v, out, out_dtype, return_softmax_lse,
-        (q.shape[0], q.shape[2], q.shape[1]),
+        _DENSE_NAMES, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[0], q.shape[2], q.shape[1]),
         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, q_descale=q_descale,
         k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1],
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, num_splits=num_splits)
