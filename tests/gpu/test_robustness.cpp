@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
