@@ -171,7 +171,7 @@ Case random_case(uint64_t seed, int index) {
 
 std::string replay_command(uint64_t seed, int index) {
   return "FP8ATTN_FUZZ_SEED=" + std::to_string(seed) + " FP8ATTN_FUZZ_ONLY=" + std::to_string(index) +
-         " build/fp8attn_gpu_tests --gtest_filter='Fuzz.*'";
+         " build/tests/fp8attn_gpu_tests --gtest_filter='Fuzz.*'";
 }
 
 TEST(Fuzz, RandomConfigurationsMatchTheReference) {
