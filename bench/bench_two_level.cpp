@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -84,6 +85,9 @@ int main() {
   p.head_dim = p.head_dim_v = kDim;
   p.softmax_scale = 1.f / 11.3137085f;
   p.num_splits = 1;
+  for (fp8attn_shape* shape : {&p.q_shape, &p.k_shape, &p.v_shape, &p.out_shape}) {
+    *shape = fp8attn_shape{4, {1, kSeqlen, kHeads, kDim}};  // q, k, v and out: [batch, seqlen, heads, d]
+  }
 
   fp8attn::DeviceInfo info;
   if (!fp8attn::query_device(&info).ok()) return 1;

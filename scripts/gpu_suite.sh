@@ -9,7 +9,13 @@
 #      test binaries; with FP8ATTN_REQUIRE_GPU=1, so a missing GPU is a failure here, not a skip;
 #   2. with FP8ATTN_SANITIZE=1: compute-sanitizer memcheck, racecheck and synccheck over the GPU tests that
 #      FP8ATTN_SANITIZE_FILTER selects (a gtest filter, default '*Sanitize*'; it must select at least one);
-#   3. python3 -m pytest -q tests/python, if torch imports (FP8ATTN_LIB points at BUILD_DIR/libfp8attn.so).
+#   3. with FP8ATTN_SANITIZE_FUZZ=1: compute-sanitizer memcheck, racecheck, synccheck and initcheck over
+#      FP8ATTN_SANITIZE_FUZZ_COUNT fuzz configurations (default 50; seed FP8ATTN_FUZZ_SEED, default: one per
+#      run, printed), the Empty.* tests and KernelVariants.* (every compiled kernel once); then memcheck over
+#      the Python tests FP8ATTN_SANITIZE_PYTEST selects (a pytest -k expression) with
+#      PYTORCH_NO_CUDA_MEMORY_CACHING=1, so that a read past a tensor is seen. The sanitizer output also goes
+#      to ${OUT:-/tmp}/sanitize_fuzz.log;
+#   4. python3 -m pytest -q tests/python, if torch imports (FP8ATTN_LIB points at BUILD_DIR/libfp8attn.so).
 # The full output goes to ${OUT:-/tmp}/gpu_tests.log (gtest XML files beside it); a summary table (suite,
 # passed, failed, skipped, seconds) is printed last. Exits non-zero if anything failed.
 set -euo pipefail
@@ -91,7 +97,54 @@ if [ "${FP8ATTN_SANITIZE:-0}" = 1 ] && [ -x "$main_bin" ]; then
   fi
 fi
 
-# ---- 3. Python tests --------------------------------------------------------------------------------------
+# ---- 3. compute-sanitizer over the fuzz ----------------------------------------------------------------------
+find_sanitizer() {
+  local found
+  found="$(command -v compute-sanitizer || true)"
+  if [ -z "$found" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ]; then found=/usr/local/cuda/bin/compute-sanitizer; fi
+  echo "$found"
+}
+if [ "${FP8ATTN_SANITIZE_FUZZ:-0}" = 1 ] && [ -x "$main_bin" ]; then
+  sanitizer="$(find_sanitizer)"
+  fuzz_log="$OUTDIR/sanitize_fuzz.log"
+  : >"$fuzz_log"
+  export FP8ATTN_FUZZ_COUNT="${FP8ATTN_SANITIZE_FUZZ_COUNT:-50}"
+  export FP8ATTN_FUZZ_SEED="${FP8ATTN_FUZZ_SEED:-$(( $(date +%s) % 1000000007 ))}"
+  echo "gpu_suite: sanitizing $FP8ATTN_FUZZ_COUNT fuzz configurations of seed $FP8ATTN_FUZZ_SEED" | tee -a "$LOG" "$fuzz_log"
+  if [ -z "$sanitizer" ]; then
+    echo "gpu_suite: compute-sanitizer not found" | tee -a "$LOG" "$fuzz_log"
+    add_row "sanitize fuzz" 0 1 0 0 "compute-sanitizer not found"
+    any_failed=1
+  else
+    for tool in memcheck racecheck synccheck initcheck; do
+      lines_before=$(wc -l <"$LOG")
+      run_suite "sanitize fuzz $tool" "$OUTDIR/sanitize_fuzz_$tool.xml" \
+        "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 20 \
+        "$main_bin" --gtest_brief=0 --gtest_filter='Fuzz.*:Empty.*:KernelVariants.*'
+      tail -n +"$((lines_before + 1))" "$LOG" >>"$fuzz_log"
+    done
+    if python3 -c 'import torch' >/dev/null 2>&1; then
+      fp8attn_python_env "$BUILD"
+      expr="${FP8ATTN_SANITIZE_PYTEST:-all_key_lengths_zero or no_query_rows or two_streams or splits_graph_bound or flash_attn_with_kvcache or varlen_prefill}"
+      start=$SECONDS
+      printf '\n===== sanitize pytest memcheck: -k "%s"\n' "$expr" | tee -a "$LOG" "$fuzz_log"
+      set +e
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 FP8ATTN_LIB="$BUILD/libfp8attn.so" \
+        "$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 20 \
+        python3 -m pytest -q tests/python -k "$expr" --junitxml="$OUTDIR/sanitize_pytest.xml" 2>&1 | tee -a "$LOG" "$fuzz_log"
+      py_rc=${PIPESTATUS[0]}
+      set -e
+      read -r p f s <<<"$(fp8attn_junit_counts "$OUTDIR/sanitize_pytest.xml")"
+      note=""
+      if [ "$py_rc" -ne 0 ]; then note="exit $py_rc"; any_failed=1; if [ "$f" -eq 0 ]; then f=1; fi; fi
+      add_row "sanitize pytest memcheck" "$p" "$f" "$s" "$((SECONDS - start))" "$note"
+    else
+      add_row "sanitize pytest memcheck" - - - 0 "torch not importable: not run"
+    fi
+  fi
+fi
+
+# ---- 4. Python tests --------------------------------------------------------------------------------------
 if [ ! -d tests/python ]; then
   add_row "pytest" - - - 0 "no tests/python"
 elif python3 -c 'import torch' >/dev/null 2>&1; then

@@ -22,7 +22,8 @@ typedef enum fp8attn_status_code {
   FP8ATTN_CUDA_ERROR = 4
 } fp8attn_status_code;
 
-/* Defaults: everything NULL/0, window (-1, -1), softmax_scale 0 (must be set), num_splits 0 (heuristic). */
+/* Defaults: everything NULL/0, window (-1, -1), softmax_scale 0 (must be set), num_splits 0 (heuristic),
+ * every extent (q_shape ... sink_len) -1: not described (must be set for what the call passes). */
 void fp8attn_fwd_params_init(fp8attn_fwd_params* params);
 /* sizeof(fp8attn_fwd_params) in this build, so bindings can check their mirror of the struct. */
 size_t fp8attn_fwd_params_size(void);

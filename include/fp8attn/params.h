@@ -17,6 +17,23 @@
  *   lse    dense  [batch, num_heads_q, seqlen_q] fp32; varlen [num_heads_q, total_q] fp32 (optional).
  *          Natural log of sum_j exp(softmax_scale * descale_q * descale_k * q.k_j) (+ exp(sink)).
  *
+ * Extents: besides the sizes, the caller describes what it allocated: the shape of every tensor
+ * (q_shape ... lse_shape) and the length of every array passed by pointer (cu_seqlens_*_len, seqused_k_len,
+ * block_table_rows, sink_len). Validation checks each against the sizes, so arrays that disagree with
+ * each other (a v shorter than k, an s_aux shorter than num_heads_q) are refused by name instead of being
+ * read or written past their end. fp8attn_fwd_params_init() leaves them "not described" (ndim / length -1),
+ * which is refused wherever the array is passed. A tensor with no elements (a 0 in its shape) may have a
+ * NULL pointer: torch hands one over for an empty tensor, and a batch whose every key length is 0 is valid
+ * (its output is 0 and its LSE -inf, as FlashAttention's).
+ *
+ * What validation cannot see: the values inside cu_seqlens_q/k, seqused_k and block_table (device memory).
+ * The contract: cu_seqlens_* are non-negative, never decrease, end at most at total_q / total_k, and no sequence
+ * exceeds max_seqlen_q / max_seqlen_k; seqused_k[b] lies in [0, max_seqlen_k] (and within k's rows when
+ * dense); block_table entries of the pages a sequence uses lie in [0, num_pages). With the environment
+ * variable FP8ATTN_CHECK_DEVICE_ARGS=1 every call copies these arrays to the host and checks them (and the
+ * device of every pointer), failing by name; it synchronizes the stream, so it is for debugging, and is
+ * skipped while the stream is being captured into a CUDA graph.
+ *
  * Use fp8attn_fwd_params_init() to fill defaults, then set what the call needs.
  */
 #ifndef FP8ATTN_PARAMS_H_
@@ -51,6 +68,13 @@ typedef struct fp8attn_descale {
   int64_t head_stride;    /* elements */
   fp8attn_dtype dtype;    /* must be F32 */
 } fp8attn_descale;
+
+/* The shape of a tensor as the caller allocated it: size[0..ndim-1] used, outermost first (torch's
+ * tensor.shape). ndim -1: not described. */
+typedef struct fp8attn_shape {
+  int32_t ndim;
+  int64_t size[4];
+} fp8attn_shape;
 
 typedef struct fp8attn_fwd_params {
   /* ---- tensors ---- */
@@ -106,6 +130,19 @@ typedef struct fp8attn_fwd_params {
   int32_t num_splits;     /* 0: heuristic; n >= 1: exactly n KV splits */
   void* workspace;        /* device scratch of at least fp8attn_fwd_workspace_size() bytes, or NULL if that is 0 */
   size_t workspace_bytes;
+
+  /* ---- extents: what the caller allocated (see "Extents" above; -1: not described) ---- */
+  fp8attn_shape q_shape;    /* dense [batch, seqlen_q, num_heads_q, head_dim]; varlen [total_q, num_heads_q, head_dim] */
+  fp8attn_shape k_shape;    /* dense [batch, seqlen_k, num_heads_kv, head_dim]; varlen [total_k, ...];
+                               paged [num_pages, page_size, num_heads_kv, head_dim] */
+  fp8attn_shape v_shape;    /* as k_shape, with head_dim_v */
+  fp8attn_shape out_shape;  /* as q_shape, with head_dim_v */
+  fp8attn_shape lse_shape;  /* dense [batch, num_heads_q, seqlen_q]; varlen [num_heads_q, total_q] (with lse) */
+  int64_t cu_seqlens_q_len; /* batch + 1 (with cu_seqlens_q) */
+  int64_t cu_seqlens_k_len; /* batch + 1 (with cu_seqlens_k) */
+  int64_t seqused_k_len;    /* batch (with seqused_k) */
+  int64_t block_table_rows; /* batch (with block_table; its columns are max_pages_per_seq) */
+  int64_t sink_len;         /* num_heads_q (with sink) */
 } fp8attn_fwd_params;
 
 #ifdef __cplusplus

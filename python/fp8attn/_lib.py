@@ -57,6 +57,15 @@ class Descale(ctypes.Structure):
     ]
 
 
+class Shape(ctypes.Structure):
+    """Mirror of ``fp8attn_shape``: a tensor's shape as allocated, size[0..ndim-1] used; ndim -1: not described."""
+
+    _fields_ = [
+        ("ndim", ctypes.c_int32),
+        ("size", ctypes.c_int64 * 4),
+    ]
+
+
 class FwdParams(ctypes.Structure):
     """Mirror of ``fp8attn_fwd_params`` (strides in elements; see params.h for the layouts)."""
 
@@ -123,6 +132,17 @@ class FwdParams(ctypes.Structure):
         ("num_splits", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
+        # extents: what the caller allocated
+        ("q_shape", Shape),
+        ("k_shape", Shape),
+        ("v_shape", Shape),
+        ("out_shape", Shape),
+        ("lse_shape", Shape),
+        ("cu_seqlens_q_len", ctypes.c_int64),
+        ("cu_seqlens_k_len", ctypes.c_int64),
+        ("seqused_k_len", ctypes.c_int64),
+        ("block_table_rows", ctypes.c_int64),
+        ("sink_len", ctypes.c_int64),
     ]
 
 
@@ -142,7 +162,9 @@ def raise_for_status(code: int, message: str, where: str) -> None:
     """
     if code == STATUS_OK:
         return
-    text = f"fp8attn: {message or 'no message from the library'} (from {where})"
+    # An argument error names the argument; the C entry point (``where``) would only distract a Python caller,
+    # who called flash_attn_* (interface.py adds that name). A runtime failure keeps it, for the bug report.
+    text = f"fp8attn: {message or 'no message from the library'}"
     if code == STATUS_INVALID_ARGUMENT:
         raise ValueError(text)
     if code == STATUS_NOT_SUPPORTED:
@@ -150,8 +172,8 @@ def raise_for_status(code: int, message: str, where: str) -> None:
     if code == STATUS_NOT_COMPILED:
         raise KernelNotCompiledError(text)
     if code == STATUS_CUDA_ERROR:
-        raise RuntimeError(text)
-    raise RuntimeError(f"{text} (unknown status code {code})")
+        raise RuntimeError(f"{text} (from {where})")
+    raise RuntimeError(f"{text} (from {where}; unknown status code {code})")
 
 
 def library_candidates() -> list[Path]:

@@ -14,10 +14,16 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from . import _args
+from . import _args, _checks
 from . import ops  # noqa: F401  (registers torch.ops.fp8attn.fwd)
 
 Result = Union[Tensor, tuple[Tensor, Tensor]]
+
+# How each public function spells its arguments in error messages.
+_VARLEN_NAMES = _checks.Names("flash_attn_varlen_func", int32=torch.int32)
+_KVCACHE_NAMES = _checks.Names("flash_attn_with_kvcache", k="k_cache", v="v_cache", seqused_k="cache_seqlens",
+                               int32=torch.int32)
+_DENSE_NAMES = _checks.Names("flash_attn_func", int32=torch.int32)
 
 
 def _last_dim_contiguous(t: Tensor) -> Tensor:
@@ -33,25 +39,35 @@ def _check_device(q: Tensor) -> None:
 
 
 def _call(
-    q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor], out_dtype: Optional[torch.dtype], return_lse: bool,
-    lse_shape: tuple[int, ...], *, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+    names: _checks.Names, q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor], out_dtype: Optional[torch.dtype],
+    return_lse: bool, lse_shape: tuple[int, ...], *, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
     seqused_k: Optional[Tensor], block_table: Optional[Tensor], q_descale: Optional[Tensor],
     k_descale: Optional[Tensor], v_descale: Optional[Tensor], s_aux: Optional[Tensor], max_seqlen_q: int,
     max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_size: Optional[Sequence[int]],
     num_splits: int,
 ) -> Result:
-    """Allocates out/lse when needed, runs the op, returns out or (out, lse)."""
+    """Checks every extent, allocates out/lse when needed, runs the op, returns out or (out, lse)."""
     _check_device(q)
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    _checks.check_call(names, q, k, v, out, None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale,
+                       k_descale, v_descale, s_aux, max_seqlen_q, max_seqlen_k, num_splits)
     dtype = _args.resolve_out_dtype(out_dtype, None if out is None else out.dtype, torch.bfloat16)
     if out is None:
         out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
     lse = q.new_empty(lse_shape, dtype=torch.float32) if return_lse else None
     window_left, window_right = _args.normalize_window(window_size, causal)
-    torch.ops.fp8attn.fwd(
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
-        s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
-        bool(causal), window_left, window_right, num_splits)
+    args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
+            s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
+            bool(causal), window_left, window_right, num_splits)
+    if torch.compiler.is_compiling():  # traced: the library runs later, at replay
+        torch.ops.fp8attn.fwd(*args)
+    else:
+        try:
+            torch.ops.fp8attn.fwd(*args)
+        except (ValueError, NotImplementedError) as err:
+            # The library's words, under the name of the function the user called.
+            message = str(err).removeprefix("fp8attn: ")
+            raise type(err)(f"fp8attn.{names.function}: {message}") from None
     return (out, lse) if return_lse else out
 
 
@@ -122,7 +138,7 @@ def flash_attn_varlen_func(
                              return_attn_probs=return_attn_probs, cp_world_size=cp_world_size)
     _args.check_kv_length_args(cu_seqlens_k is not None, seqused_k is not None, block_table is not None)
     return _call(
-        q, k, v, out, out_dtype, return_softmax_lse, (q.shape[1], q.shape[0]),
+        _VARLEN_NAMES, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[1], q.shape[0]),
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=block_table,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -174,7 +190,7 @@ def flash_attn_with_kvcache(
     else:
         max_seqlen_k = k_cache.shape[1]
     return _call(
-        q, k_cache, v_cache, out, out_dtype, return_softmax_lse, (batch, q.shape[2], q.shape[1]),
+        _KVCACHE_NAMES, q, k_cache, v_cache, out, out_dtype, return_softmax_lse, (batch, q.shape[2], q.shape[1]),
         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=cache_seqlens, block_table=block_table,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1],
         max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -205,7 +221,7 @@ def flash_attn_func(
     """
     _args.reject_unsupported(softcap=softcap)
     return _call(
-        q, k, v, out, out_dtype, return_softmax_lse, (q.shape[0], q.shape[2], q.shape[1]),
+        _DENSE_NAMES, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[0], q.shape[2], q.shape[1]),
         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, q_descale=q_descale,
         k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1],
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, num_splits=num_splits)

@@ -124,6 +124,13 @@ def _fill_descale(desc: _lib.Descale, t: Optional[Tensor], batch: int, num_heads
     desc.dtype = _dtype_code(t, name)
 
 
+def _describe_shape(shape: _lib.Shape, t: Tensor) -> None:
+    # The allocation as the library checks it against the sizes (params.h, "Extents").
+    shape.ndim = t.dim()
+    for i, n in enumerate(t.shape):
+        shape.size[i] = n
+
+
 def fill_params(
     params: _lib.FwdParams,
     q: Tensor,
@@ -233,6 +240,16 @@ def fill_params(
         params.max_pages_per_seq = block_table.size(1)
         params.num_pages = k.size(0)
         params.page_size = k.size(1)
+
+    # Extents: what was allocated, so the library refuses arrays that disagree with the sizes.
+    for shape, t in ((params.q_shape, q), (params.k_shape, k), (params.v_shape, v), (params.out_shape, out)):
+        _describe_shape(shape, t)
+    if lse is not None:
+        _describe_shape(params.lse_shape, lse)
+    for field, t in (("cu_seqlens_q_len", cu_seqlens_q), ("cu_seqlens_k_len", cu_seqlens_k),
+                     ("seqused_k_len", seqused_k), ("block_table_rows", block_table), ("sink_len", sink)):
+        if t is not None:
+            setattr(params, field, t.size(0) if t.dim() > 0 else 1)
 
     params.softmax_scale = softmax_scale
     params.causal = int(causal)

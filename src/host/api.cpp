@@ -8,6 +8,7 @@
 #include "fp8attn/fp8attn.h"
 #include "host/api_internal.h"
 #include "host/config.h"
+#include "host/device_args.h"
 #include "host/dispatch.h"
 #include "sm90/combine.h"
 
@@ -91,7 +92,22 @@ Status fwd(const FwdParams& params, cudaStream_t stream) {
   if (!status.ok()) { return status; }
   status = validate_fwd(params, device);
   if (!status.ok()) { return status; }
-  return launch_with_config(params, select_config(describe_problem(params, device)), stream);
+  if (device_arg_checks_enabled()) {
+    status = check_device_args(params, stream);
+    if (!status.ok()) { return status; }
+  }
+  // No query rows: nothing to write (out and lse are empty too), and q may be NULL, as torch passes it.
+  if ((params.cu_seqlens_q != nullptr ? params.total_q : params.seqlen_q) == 0) { return Status::Ok(); }
+  const KernelConfig config = select_config(describe_problem(params, device));
+  if (params.k == nullptr || params.v == nullptr) {
+    // Every key length is 0 and K/V have no elements (validated): the kernel still runs, to write zeros and an
+    // LSE of -inf, and never reads K/V; but a TMA descriptor needs a base address, and q's serves.
+    FwdParams keyless = params;
+    keyless.k = keyless.k ? keyless.k : params.q;
+    keyless.v = keyless.v ? keyless.v : params.q;
+    return launch_with_config(keyless, config, stream);
+  }
+  return launch_with_config(params, config, stream);
 }
 
 Status launch_with_config(const FwdParams& params, const KernelConfig& config, cudaStream_t stream) {

@@ -65,6 +65,12 @@ void fp8attn_fwd_params_init(fp8attn_fwd_params* params) {
   params->window_right = -1;
   for (fp8attn_descale* d : {&params->q_descale, &params->k_descale, &params->v_descale}) d->dtype = FP8ATTN_DTYPE_F32;
   params->sink_dtype = FP8ATTN_DTYPE_F32;
+  for (fp8attn_shape* s : {&params->q_shape, &params->k_shape, &params->v_shape, &params->out_shape,
+                           &params->lse_shape})
+    s->ndim = -1;  // not described: the caller must say what it allocated
+  for (int64_t* n : {&params->cu_seqlens_q_len, &params->cu_seqlens_k_len, &params->seqused_k_len,
+                     &params->block_table_rows, &params->sink_len})
+    *n = -1;
 }
 
 size_t fp8attn_fwd_params_size(void) { return sizeof(fp8attn_fwd_params); }

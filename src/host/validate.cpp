@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,11 @@ namespace fp8attn {
 namespace {
 
 constexpr int kMaxSplits = 256;
+// The split-KV workspace (fp32 partial O and LSE per split) may not exceed 2 GiB: 256 splits of 16k query rows
+// x 32 heads x dv 128 would ask for ~69 GB. The heuristic's plans stay far below (its splits only fill idle
+// SMs, so splits x CTAs stays near a few waves: ~17 MB at most over a sweep of shapes, tested); only an
+// explicit num_splits reaches the cap.
+constexpr size_t kMaxWorkspaceBytes = size_t{2} << 30;
 constexpr int kPageSizeMultiple = 16;     // vLLM's block_size rule; also the FP8 TMA box granularity
 constexpr int64_t kTmaAlignBytes = 16;    // TMA: global base address and every stride 16-byte aligned
 constexpr int64_t kTmaMaxStrideBytes = int64_t{1} << 40;  // TMA: strides below 2^40 bytes
@@ -170,8 +176,16 @@ Status check_stride(const StridedTensor& t, const Dim& d) {
   return Status::Ok();
 }
 
+bool has_elements(const StridedTensor& t) {
+  return std::all_of(t.dims.begin(), t.dims.end(), [](const Dim& d) { return d.size > 0; }) && t.contiguous.size > 0;
+}
+
 Status check_tensor(const StridedTensor& t) {
-  if (t.ptr == nullptr) return invalid(expected_got(t.name, "a non-NULL device pointer", "NULL"));
+  if (t.ptr == nullptr) {
+    // torch hands over NULL for a tensor with no elements (a batch whose every key length is 0): nothing is read.
+    if (!has_elements(t)) return Status::Ok();
+    return invalid(expected_got(t.name, "a non-NULL device pointer (it has elements)", "NULL"));
+  }
   FP8ATTN_RETURN_IF_ERROR(expect_aligned(t.name, t.ptr, kTmaAlignBytes, "TMA needs a 16-byte aligned base"));
   for (const Dim& d : t.dims) FP8ATTN_RETURN_IF_ERROR(check_stride(t, d));
   if (!t.written) return Status::Ok();
@@ -344,6 +358,100 @@ Status check_paging(const FwdParams& p) {
   return Status::Ok();
 }
 
+// ---- extents: each array's allocation against the sizes (params.h, "Extents") ----
+
+// One expected extent: its value and what it is called, for the message. Labels are literals, so a call that
+// passes builds no string.
+struct Extent {
+  const char* label;
+  int64_t value;
+};
+
+std::string describe_expected(const Extent* expected, int ndim) {
+  std::string text = "[";
+  for (int i = 0; i < ndim; ++i) text += cat(i ? ", " : "", expected[i].label, "=", expected[i].value);
+  return text + "]";
+}
+
+std::string describe_shape(const fp8attn_shape& shape) {
+  if (shape.ndim < 0) return cat("no shape (ndim ", shape.ndim, ": not described)");
+  std::string text = "(";
+  for (int i = 0; i < std::min(shape.ndim, 4); ++i) text += cat(i ? ", " : "", shape.size[i]);
+  return text + (shape.ndim > 4 ? ", ...)" : ")");
+}
+
+// `tensor`'s allocation (`field`, e.g. "v_shape") must be exactly `expected` in rank and every extent.
+Status expect_shape(const char* tensor, const char* field, const fp8attn_shape& shape,
+                    std::initializer_list<Extent> expected) {
+  const int ndim = static_cast<int>(expected.size());
+  bool same = shape.ndim == ndim;
+  for (int i = 0; same && i < ndim; ++i) same = shape.size[i] == expected.begin()[i].value;
+  if (same) return Status::Ok();
+  return invalid(cat(tensor, ": expected shape ", describe_expected(expected.begin(), ndim), ", got ",
+                     describe_shape(shape), " (", field, ")"));
+}
+
+// An array passed by pointer alone: its length (`field`) must be `expected` (`formula` says why, `unit` what).
+Status expect_length(const char* array, const char* field, int64_t length, int64_t expected, const char* formula,
+                     const char* unit) {
+  if (length == expected) return Status::Ok();
+  return invalid(cat(array, ": expected ", formula, "=", expected, " ", unit, ", got ",
+                     length < 0 ? "no length (-1: not described)" : std::to_string(length), " (", field, ")"));
+}
+
+Status check_extents(const FwdParams& p) {
+  const int64_t d = p.head_dim, dv = p.head_dim_v, hq = p.num_heads_q, hkv = p.num_heads_kv;
+  if (varlen_q(p)) {
+    FP8ATTN_RETURN_IF_ERROR(expect_shape("q", "q_shape", p.q_shape, {{"total_q", p.total_q}, {"num_heads_q", hq},
+                                                                    {"head_dim", d}}));
+    FP8ATTN_RETURN_IF_ERROR(expect_shape("out", "out_shape", p.out_shape,
+                                         {{"total_q", p.total_q}, {"num_heads_q", hq}, {"head_dim_v", dv}}));
+    if (p.lse != nullptr)
+      FP8ATTN_RETURN_IF_ERROR(
+          expect_shape("lse", "lse_shape", p.lse_shape, {{"num_heads_q", hq}, {"total_q", p.total_q}}));
+  } else {
+    FP8ATTN_RETURN_IF_ERROR(expect_shape("q", "q_shape", p.q_shape, {{"batch", p.batch}, {"seqlen_q", p.seqlen_q},
+                                                                    {"num_heads_q", hq}, {"head_dim", d}}));
+    FP8ATTN_RETURN_IF_ERROR(expect_shape(
+        "out", "out_shape", p.out_shape,
+        {{"batch", p.batch}, {"seqlen_q", p.seqlen_q}, {"num_heads_q", hq}, {"head_dim_v", dv}}));
+    if (p.lse != nullptr)
+      FP8ATTN_RETURN_IF_ERROR(expect_shape("lse", "lse_shape", p.lse_shape,
+                                           {{"batch", p.batch}, {"num_heads_q", hq}, {"seqlen_q", p.seqlen_q}}));
+  }
+  for (const auto& [tensor, field, shape, dim] : {std::tuple{"k", "k_shape", &p.k_shape, Extent{"head_dim", d}},
+                                                  std::tuple{"v", "v_shape", &p.v_shape, Extent{"head_dim_v", dv}}}) {
+    if (paged(p)) {
+      FP8ATTN_RETURN_IF_ERROR(expect_shape(
+          tensor, field, *shape,
+          {{"num_pages", p.num_pages}, {"page_size", p.page_size}, {"num_heads_kv", hkv}, dim}));
+    } else if (varlen_k(p)) {
+      FP8ATTN_RETURN_IF_ERROR(
+          expect_shape(tensor, field, *shape, {{"total_k", p.total_k}, {"num_heads_kv", hkv}, dim}));
+    } else {
+      FP8ATTN_RETURN_IF_ERROR(expect_shape(tensor, field, *shape,
+                                           {{"batch", p.batch}, {"seqlen_k", p.seqlen_k}, {"num_heads_kv", hkv}, dim}));
+    }
+  }
+  // Exact lengths, as FlashAttention checks them: a longer array is as likely a caller's bug as a shorter one.
+  if (p.cu_seqlens_q != nullptr)
+    FP8ATTN_RETURN_IF_ERROR(
+        expect_length("cu_seqlens_q", "cu_seqlens_q_len", p.cu_seqlens_q_len, int64_t{p.batch} + 1, "batch + 1",
+                      "entries"));
+  if (p.cu_seqlens_k != nullptr)
+    FP8ATTN_RETURN_IF_ERROR(
+        expect_length("cu_seqlens_k", "cu_seqlens_k_len", p.cu_seqlens_k_len, int64_t{p.batch} + 1, "batch + 1",
+                      "entries"));
+  if (p.seqused_k != nullptr)
+    FP8ATTN_RETURN_IF_ERROR(expect_length("seqused_k", "seqused_k_len", p.seqused_k_len, p.batch, "batch", "entries"));
+  if (p.block_table != nullptr)
+    FP8ATTN_RETURN_IF_ERROR(
+        expect_length("block_table", "block_table_rows", p.block_table_rows, p.batch, "batch", "rows"));
+  if (p.sink != nullptr)
+    FP8ATTN_RETURN_IF_ERROR(expect_length("sink (s_aux)", "sink_len", p.sink_len, hq, "num_heads_q", "entries"));
+  return Status::Ok();
+}
+
 Status check_tensors(const FwdParams& p) {
   FP8ATTN_RETURN_IF_ERROR(check_tensor(q_like(p, "q", "q", p.q, p.q_dtype, false, p.head_dim, p.q_batch_stride,
                                               p.q_row_stride, p.q_head_stride)));
@@ -359,7 +467,7 @@ Status check_tensors(const FwdParams& p) {
 Status check_lse(const FwdParams& p) {
   if (p.lse == nullptr) return Status::Ok();
   FP8ATTN_RETURN_IF_ERROR(expect_aligned("lse", p.lse, sizeof(float), "float32 elements"));
-  std::vector<Dim> dims{q_rows(p, "lse token stride (1)", 1),
+  std::vector<Dim> dims{q_rows(p, "lse (its token stride is 1)", 1),
                         {"lse_head_stride", cat("num_heads_q=", p.num_heads_q, " heads"), p.num_heads_q,
                          p.lse_head_stride, false}};
   if (!varlen_q(p))
@@ -427,6 +535,16 @@ Status check_scalars(const FwdParams& p) {
 Status check_workspace(const FwdParams& p, const DeviceInfo& device) {
   const size_t needed = fwd_workspace_size(p, device);
   if (needed == 0) return Status::Ok();
+  if (needed > kMaxWorkspaceBytes) {
+    // Only an explicit num_splits gets here (see kMaxWorkspaceBytes): name the split count
+    // that fits, so the caller can fix the call rather than meet an out-of-memory error at allocation.
+    const size_t per_split = needed / static_cast<size_t>(std::max(1, p.num_splits));
+    return invalid(expected_got("num_splits",
+                                cat("a split count whose split-KV workspace fits the ", kMaxWorkspaceBytes >> 30,
+                                    " GiB cap (here at most ", kMaxWorkspaceBytes / std::max<size_t>(per_split, 1),
+                                    " splits, or 0 for the heuristic)"),
+                                cat(p.num_splits, " (", needed, " bytes of workspace)")));
+  }
   if (p.workspace == nullptr) {
     return invalid(expected_got(
         "workspace", cat("a device buffer of >= ", needed, " bytes (split-KV partials, see fwd_workspace_size)"),
@@ -449,6 +567,7 @@ Status validate_fwd(const FwdParams& params, const DeviceInfo& device) {
   FP8ATTN_RETURN_IF_ERROR(check_sizes(params));
   FP8ATTN_RETURN_IF_ERROR(check_sequence_lengths(params));
   FP8ATTN_RETURN_IF_ERROR(check_paging(params));
+  FP8ATTN_RETURN_IF_ERROR(check_extents(params));
   FP8ATTN_RETURN_IF_ERROR(check_tensors(params));
   FP8ATTN_RETURN_IF_ERROR(check_lse(params));
   FP8ATTN_RETURN_IF_ERROR(check_window(params));

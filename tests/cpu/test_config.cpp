@@ -22,6 +22,7 @@
 
 #include "fp8attn/c_api.h"
 #include "fp8attn/fp8attn.h"
+#include "common/extents.h"
 #include "host/config.h"
 #include "host/dispatch.h"
 #include "host/kernel_rules.h"
@@ -649,6 +650,7 @@ TEST(ConfigSplit, AcceptedCallsHaveALaunchableGrid) {
   p.k_row_stride = p.v_row_stride = int64_t{p.num_heads_kv} * p.head_dim;
   p.k_batch_stride = p.v_batch_stride = 16 * p.k_row_stride;
   p.num_pages = 200000;
+  fp8attn_test::describe_extents(p);
   const fp8attn::Status s = fp8attn::validate_fwd(p, device_with_sms(132));
   FwdParams one = p;
   one.num_splits = 1;

@@ -5,8 +5,10 @@
 // baseline and checks the status code and that the message names the argument and what was expected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -15,6 +17,7 @@
 
 #include "fp8attn/c_api.h"
 #include "fp8attn/fp8attn.h"
+#include "common/extents.h"
 
 namespace {
 
@@ -22,6 +25,8 @@ using fp8attn::DeviceInfo;
 using fp8attn::FwdParams;
 using fp8attn::Status;
 using fp8attn::StatusCode;
+using fp8attn_test::describe_extents;
+using fp8attn_test::make_shape;
 using ::testing::AssertionFailure;
 using ::testing::AssertionResult;
 using ::testing::AssertionSuccess;
@@ -89,6 +94,7 @@ void set_contiguous_strides(FwdParams& p) {
   p.v_batch_stride = p.seqlen_k * p.v_row_stride;
   p.lse_head_stride = varlen ? p.total_q : p.seqlen_q;
   p.lse_batch_stride = varlen ? 0 : int64_t{p.num_heads_q} * p.seqlen_q;
+  describe_extents(p);
 }
 
 FwdParams common(int head_dim, int head_dim_v) {
@@ -172,6 +178,7 @@ FwdParams paged(int page_size = 16) {
   p.window_left = 127;
   p.window_right = 0;
   p.sink = fake(11);
+  describe_extents(p);
   return p;
 }
 
@@ -385,7 +392,7 @@ TEST(ValidateTensors, NullPointersRejected) {
   for (const auto& [name, clear] : cases) {
     FwdParams p = dense();
     clear(p);
-    EXPECT_TRUE(Rejected(p, kInvalid, {std::string(name) + ": expected a non-NULL device pointer, got NULL"}));
+    EXPECT_TRUE(Rejected(p, kInvalid, {std::string(name) + ": expected a non-NULL device pointer", "got NULL"}));
   }
 }
 
@@ -500,6 +507,7 @@ TEST(ValidateVarlen, ExactlyOneOfCuSeqlensKAndSequsedKWithCuSeqlensQ) {
   p.cu_seqlens_k = p.seqused_k = nullptr;
   EXPECT_TRUE(Rejected(p, kInvalid, {"cu_seqlens_k, seqused_k", "exactly one", "got neither"}));
   p.seqused_k = fake<int32_t>(20);  // dense k [batch, seqlen_k, ...] cut by seqused_k
+  describe_extents(p);
   EXPECT_TRUE(Accepted(p));
 }
 
@@ -554,6 +562,7 @@ TEST(ValidatePaged, BlockTableRowsMayBeStridedButNotOverlap) {
   p.batch = 1;
   p.block_table_batch_stride = 0;
   for (fp8attn_descale* d : {&p.q_descale, &p.k_descale, &p.v_descale}) d->size[0] = 1;
+  describe_extents(p);
   EXPECT_TRUE(Accepted(p));
 }
 
@@ -676,6 +685,206 @@ TEST(ValidateWorkspace, TooSmallOrMissingRejected) {
   p.workspace = offset_bytes(fake(6), 4);
   p.workspace_bytes = needed;
   EXPECT_TRUE(Rejected(p, kInvalid, {"workspace", "16-byte aligned"}));
+}
+
+// A request whose workspace would exceed the 2 GiB cap is refused before anything is allocated or launched,
+// naming num_splits and the largest count that fits (the example: 256 splits x 16k tokens x 32 heads).
+TEST(ValidateWorkspace, CapRefusesHugeSplitRequests) {
+  FwdParams p = common(128, 128);
+  p.batch = 1;
+  p.seqlen_q = 16384;
+  p.seqlen_k = 16384;
+  p.num_heads_q = p.num_heads_kv = 32;
+  set_contiguous_strides(p);
+  p.num_splits = 256;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"num_splits", "2 GiB cap", "at most 7 splits", "got 256 (69256347648 bytes"}));
+  p.num_splits = 8;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"num_splits", "at most 7 splits", "got 8"}));
+  p.num_splits = 7;
+  EXPECT_TRUE(Accepted(p));
+}
+
+// The cap binds explicit requests only: the heuristic's plans stay far below it over a sweep of shapes.
+TEST(ValidateWorkspace, HeuristicPlansStayFarBelowTheCap) {
+  size_t largest = 0;
+  for (int batch : {1, 2, 8, 64, 256}) {
+    for (int q_tokens : {1, 4, 64, 1024}) {
+      for (int heads_q : {8, 32, 128}) {
+        for (int heads_kv : {1, 8}) {
+          for (int seqlen_k : {1024, 32768, 131072}) {
+            FwdParams p = common(256, 256);
+            p.batch = batch;
+            p.seqlen_q = q_tokens;
+            p.seqlen_k = seqlen_k;
+            p.num_heads_q = heads_q;
+            p.num_heads_kv = heads_kv;
+            set_contiguous_strides(p);
+            largest = std::max(largest, fp8attn::fwd_workspace_size(p, h200()));
+          }
+        }
+      }
+    }
+  }
+  std::printf("largest heuristic workspace over the sweep: %zu bytes\n", largest);
+  EXPECT_LE(largest, size_t{256} << 20) << "the heuristic plans a " << largest << "-byte workspace";
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Extents: each array's allocation against the sizes (params.h, "Extents")
+// ---------------------------------------------------------------------------------------------------
+
+TEST(CApi, ParamsInitLeavesExtentsNotDescribed) {
+  FwdParams p;
+  fp8attn_fwd_params_init(&p);
+  for (const fp8attn_shape* s : {&p.q_shape, &p.k_shape, &p.v_shape, &p.out_shape, &p.lse_shape})
+    EXPECT_EQ(s->ndim, -1) << "init leaves shapes not described";
+  for (int64_t n : {p.cu_seqlens_q_len, p.cu_seqlens_k_len, p.seqused_k_len, p.block_table_rows, p.sink_len})
+    EXPECT_EQ(n, -1) << "init leaves lengths not described";
+}
+
+TEST(ValidateExtents, UndescribedShapeRejected) {
+  FwdParams p = dense();
+  p.k_shape.ndim = -1;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"k: expected shape [batch=2, seqlen_k=256, num_heads_kv=2, head_dim=128]",
+                                     "got no shape (ndim -1: not described)", "(k_shape)"}));
+}
+
+TEST(ValidateExtents, QShapeMatchesTheSizes) {
+  FwdParams p = dense();
+  p.q_shape = make_shape({2, 127, 8, 128});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"q: expected shape [batch=2, seqlen_q=128, num_heads_q=8, head_dim=128]",
+                                     "got (2, 127, 8, 128)", "(q_shape)"}));
+  p = varlen();
+  p.q_shape = make_shape({299, 16, 128});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"q: expected shape [total_q=300, num_heads_q=16, head_dim=128]", "(299, 16, 128)"}));
+}
+
+TEST(ValidateExtents, KShapeMatchesTheSizesInEveryLayout) {
+  FwdParams p = dense();
+  p.k_shape = make_shape({2, 256, 2, 64});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"k: expected shape", "head_dim=128]", "got (2, 256, 2, 64)"}));
+  p = varlen();
+  p.k_shape = make_shape({699, 4, 128});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"k: expected shape [total_k=700, num_heads_kv=4, head_dim=128]"}));
+  p = paged();
+  p.k_shape = make_shape({999, 16, 8, 128});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"k: expected shape [num_pages=1000, page_size=16, num_heads_kv=8, head_dim=128]",
+                                     "got (999, 16, 8, 128)"}));
+}
+
+// The first hole: a v with fewer keys than k was accepted, and the kernel read past its end.
+TEST(ValidateExtents, VShorterThanKRejected) {
+  FwdParams p = dense();
+  p.v_shape = make_shape({2, 128, 2, 128});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"v: expected shape [batch=2, seqlen_k=256, num_heads_kv=2, head_dim_v=128]",
+                                     "got (2, 128, 2, 128)", "(v_shape)"}));
+  p = varlen();
+  p.v_shape = make_shape({350, 4, 128});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"v: expected shape [total_k=700", "got (350, 4, 128)"}));
+  p = paged();
+  p.v_shape = make_shape({500, 16, 8, 128});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"v: expected shape [num_pages=1000", "got (500, 16, 8, 128)"}));
+}
+
+TEST(ValidateExtents, VHeadDimIsHeadDimV) {
+  FwdParams p = dense(192, 128);
+  p.v_shape = make_shape({2, 256, 2, 192});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"v: expected shape", "head_dim_v=128]", "got (2, 256, 2, 192)"}));
+}
+
+TEST(ValidateExtents, OutShapeMatchesQWithHeadDimV) {
+  FwdParams p = dense(192, 128);
+  p.out_shape = make_shape({2, 128, 8, 192});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"out: expected shape [batch=2, seqlen_q=128, num_heads_q=8, head_dim_v=128]",
+                                     "(out_shape)"}));
+  p = varlen();
+  p.out_shape = make_shape({300, 8, 128});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"out: expected shape [total_q=300, num_heads_q=16, head_dim_v=128]"}));
+}
+
+TEST(ValidateExtents, LseShapeMatchesQWhenGiven) {
+  FwdParams p = dense();
+  p.lse_shape = make_shape({2, 128, 8});  // [batch, seqlen_q, heads]: the transposed layout
+  EXPECT_TRUE(Rejected(p, kInvalid, {"lse: expected shape [batch=2, num_heads_q=8, seqlen_q=128]", "(lse_shape)"}));
+  p = varlen();
+  p.lse_shape = make_shape({300, 16});
+  EXPECT_TRUE(Rejected(p, kInvalid, {"lse: expected shape [num_heads_q=16, total_q=300]", "got (300, 16)"}));
+  p.lse = nullptr;  // no lse: its shape is not read
+  EXPECT_TRUE(Accepted(p));
+}
+
+TEST(ValidateExtents, CuSeqlensQHasBatchPlusOneEntries) {
+  FwdParams p = varlen();
+  p.cu_seqlens_q_len = 3;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"cu_seqlens_q: expected batch + 1=4 entries, got 3 (cu_seqlens_q_len)"}));
+  p.cu_seqlens_q_len = -1;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"cu_seqlens_q", "got no length (-1: not described)"}));
+}
+
+TEST(ValidateExtents, CuSeqlensKHasBatchPlusOneEntries) {
+  FwdParams p = varlen();
+  p.cu_seqlens_k_len = 5;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"cu_seqlens_k: expected batch + 1=4 entries, got 5 (cu_seqlens_k_len)"}));
+}
+
+TEST(ValidateExtents, SequsedKHasBatchEntries) {
+  FwdParams p = paged();
+  p.seqused_k_len = 3;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"seqused_k: expected batch=4 entries, got 3 (seqused_k_len)"}));
+}
+
+TEST(ValidateExtents, BlockTableHasBatchRows) {
+  FwdParams p = paged();
+  p.block_table_rows = 2;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"block_table: expected batch=4 rows, got 2 (block_table_rows)"}));
+}
+
+// The second hole: an s_aux shorter than num_heads_q was read past its end (invalid global reads).
+TEST(ValidateExtents, SinkShorterThanNumHeadsQRejected) {
+  FwdParams p = paged();
+  p.sink_len = 8;  // one per kv head instead of one per q head
+  EXPECT_TRUE(Rejected(p, kInvalid, {"sink (s_aux): expected num_heads_q=32 entries, got 8 (sink_len)"}));
+}
+
+TEST(ValidateExtents, LengthsOfAbsentArraysAreNotRead) {
+  FwdParams p = dense();
+  p.cu_seqlens_q_len = p.cu_seqlens_k_len = p.seqused_k_len = p.block_table_rows = p.sink_len = -1;
+  p.sink = nullptr;
+  EXPECT_TRUE(Accepted(p));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Empty is valid: NULL is accepted for a tensor without elements, and only then
+// ---------------------------------------------------------------------------------------------------
+
+// A varlen batch whose every key length is 0: k and v have no rows and torch hands over NULL.
+TEST(ValidateEmpty, AllKeyLengthsZeroAcceptsNullKv) {
+  FwdParams p = varlen();
+  p.total_k = 0;
+  p.seqlen_k = 0;
+  p.k = p.v = nullptr;
+  describe_extents(p);
+  EXPECT_TRUE(Accepted(p));
+  p = dense();
+  p.seqlen_k = 0;
+  p.k = p.v = nullptr;
+  set_contiguous_strides(p);
+  EXPECT_TRUE(Accepted(p));
+}
+
+TEST(ValidateEmpty, NoQueryRowsAcceptsNullQOutAndLse) {
+  FwdParams p = varlen();
+  p.total_q = 0;
+  p.q = p.out = nullptr;
+  p.lse = nullptr;
+  set_contiguous_strides(p);
+  EXPECT_TRUE(Accepted(p));
+}
+
+TEST(ValidateEmpty, NullWithElementsRejected) {
+  FwdParams p = varlen();
+  p.v = nullptr;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"v: expected a non-NULL device pointer (it has elements), got NULL"}));
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fp8attn/fp8attn.h"
@@ -173,10 +174,20 @@ class Problem {
   std::vector<double> score_magnitude_;  // M_row of the LSE bar, laid out as Result::lse (only with an LSE)
 };
 
-// The whole check for one case, reported through gtest. Skips when the case's kernel is not in this build
-// (kNotCompiled), or when it uses paged K/V or num_splits > 1 and the library answers kNotSupported
-// (features that arrive in later issues); otherwise fails with Metrics::failure. Prints one metrics line.
+// The whole check for one case, reported through gtest. Skips only in a dev build that left the case's head
+// dims out (see dev_build_skip); any other refusal, kNotSupported included, fails, as does Metrics::failure.
+// Prints one metrics line.
 void expect_case_passes(const Case& c, Metrics* metrics = nullptr);
+
+// The (head_dim, head_dim_v) pairs compiled into this build (from the generated kernel registry), and whether
+// this is a dev build that compiled only some of the declared pairs (FP8ATTN_HEAD_DIMS).
+std::vector<std::pair<int, int>> compiled_head_dims();
+bool is_partial_build();
+
+// What a test may skip on: kNotCompiled for a head-dim pair that this dev build left out. Returns the skip
+// message then, and "" otherwise (a full build, a compiled pair, or any other status: the test must not
+// pass by skipping, so a full build reports 0 skips).
+std::string dev_build_skip(const fp8attn::Status& status, int head_dim, int head_dim_v);
 
 // "f16" / "bf16" and so on, for test names and messages.
 const char* dtype_label(fp8attn_dtype dtype);

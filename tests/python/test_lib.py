@@ -44,7 +44,8 @@ def _struct_members(header: str, struct: str) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("struct,mirror", [("fp8attn_fwd_params", _lib.FwdParams), ("fp8attn_descale", _lib.Descale)])
+@pytest.mark.parametrize("struct,mirror", [("fp8attn_fwd_params", _lib.FwdParams), ("fp8attn_descale", _lib.Descale),
+                                           ("fp8attn_shape", _lib.Shape)])
 def test_field_names_follow_header_order(struct: str, mirror: type) -> None:
     assert [name for name, _ in mirror._fields_] == _struct_members(PARAMS_H.read_text(), struct)
 
@@ -61,7 +62,8 @@ def _compile(tmp_path: Path, source: str, name: str, *flags: str) -> Path:
 @needs_cc
 def test_offsets_and_sizes_match_c(tmp_path: Path) -> None:
     lines = []
-    for struct, mirror in (("fp8attn_fwd_params", _lib.FwdParams), ("fp8attn_descale", _lib.Descale)):
+    mirrors = {"fp8attn_fwd_params": _lib.FwdParams, "fp8attn_descale": _lib.Descale, "fp8attn_shape": _lib.Shape}
+    for struct, mirror in mirrors.items():
         lines.append(f'printf("{struct} sizeof %zu\\n", sizeof({struct}));')
         for field, _ in mirror._fields_:
             lines.append(f'printf("{struct} {field} %zu %zu\\n", offsetof({struct}, {field}), '
@@ -73,7 +75,7 @@ def test_offsets_and_sizes_match_c(tmp_path: Path) -> None:
     mismatches = []
     for line in c_layout:
         struct, field, *numbers = line.split()
-        mirror = _lib.FwdParams if struct == "fp8attn_fwd_params" else _lib.Descale
+        mirror = mirrors[struct]
         if field == "sizeof":
             py = (ctypes.sizeof(mirror),)
         else:

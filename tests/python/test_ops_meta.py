@@ -201,6 +201,29 @@ def test_interface_rejects_before_launch(kwargs: dict[str, Any], exc: type, matc
         _vllm_call(a, **kwargs)
 
 
+# The extent rules (fp8attn._checks, one test each in test_checks.py) run before the op, in the words of the
+# function called: the two holes and a call spread over two devices, through the public functions.
+@pytest.mark.parametrize("changes,match", [
+    ({"v": torch.empty(NUM_BLOCKS // 2, PAGE, HKV, D, dtype=E4M3, device="meta")}, "v must have k's shape"),
+    ({"s_aux": torch.empty(HKV, device="meta")}, r"s_aux must have shape \(num_heads_q,\) = \(32,\)"),
+    ({"seqused_k": torch.empty(B, dtype=torch.int32)}, "seqused_k is on cpu but q is on meta"),
+    ({"block_table": torch.empty(B - 1, MAX_PAGES, dtype=torch.int32, device="meta")}, "block_table must have batch"),
+])
+def test_public_function_checks_extents_first(changes: dict[str, Any], match: str) -> None:
+    a = _with(**changes)
+    with pytest.raises(ValueError, match=r"^fp8attn\.flash_attn_varlen_func: .*" + match):
+        _vllm_call(a)
+
+
+def test_kvcache_errors_use_its_argument_names() -> None:
+    q = torch.empty(3, 4, HQ, D, dtype=E4M3, device="meta")
+    k = torch.empty(3, 300, HKV, D, dtype=E4M3, device="meta")
+    with pytest.raises(ValueError, match=r"^fp8attn\.flash_attn_with_kvcache: v_cache must have k_cache's shape"):
+        fp8attn.flash_attn_with_kvcache(q, k, k[:, :200])
+    with pytest.raises(ValueError, match="cache_seqlens must have batch = 3 entries"):
+        fp8attn.flash_attn_with_kvcache(q, k, k, cache_seqlens=torch.empty(4, dtype=torch.int32, device="meta"))
+
+
 def test_cpu_tensors_are_refused() -> None:
     q = torch.zeros(2, 8, 2, 64).to(E4M3)
     with pytest.raises(ValueError, match="CUDA device"):
