@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fp8attn/fp8attn.h"
+#include "host/validate.h"
 
 #define FP8ATTN_RETURN_IF_ERROR(expr)   \
   do {                                  \
@@ -423,9 +424,10 @@ Status check_scalars(const FwdParams& p) {
   return Status::Ok();
 }
 
-// Last: the size depends on the config chosen for otherwise valid params.
-Status check_workspace(const FwdParams& p, const DeviceInfo& device) {
-  const size_t needed = fwd_workspace_size(p, device);
+}  // namespace
+
+// Last: the size depends on the config planned for otherwise valid params.
+Status validate_fwd_workspace(const FwdParams& p, size_t needed) {
   if (needed == 0) return Status::Ok();
   if (p.workspace == nullptr) {
     return invalid(expected_got(
@@ -439,9 +441,7 @@ Status check_workspace(const FwdParams& p, const DeviceInfo& device) {
   return expect_aligned("workspace", p.workspace, kTmaAlignBytes, "vectorized fp32 partials");
 }
 
-}  // namespace
-
-Status validate_fwd(const FwdParams& params, const DeviceInfo& device) {
+Status validate_fwd_arguments(const FwdParams& params, const DeviceInfo& device) {
   FP8ATTN_RETURN_IF_ERROR(check_device(device));
   FP8ATTN_RETURN_IF_ERROR(check_unsupported_features(params));
   FP8ATTN_RETURN_IF_ERROR(check_dtypes(params));
@@ -454,8 +454,12 @@ Status validate_fwd(const FwdParams& params, const DeviceInfo& device) {
   FP8ATTN_RETURN_IF_ERROR(check_window(params));
   FP8ATTN_RETURN_IF_ERROR(check_descales(params));
   FP8ATTN_RETURN_IF_ERROR(check_sink(params));
-  FP8ATTN_RETURN_IF_ERROR(check_scalars(params));
-  return check_workspace(params, device);
+  return check_scalars(params);
+}
+
+Status validate_fwd(const FwdParams& params, const DeviceInfo& device) {
+  FP8ATTN_RETURN_IF_ERROR(validate_fwd_arguments(params, device));
+  return validate_fwd_workspace(params, fwd_workspace_size(params, device));
 }
 
 }  // namespace fp8attn
