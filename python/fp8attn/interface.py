@@ -15,7 +15,9 @@ import torch
 from torch import Tensor
 
 from . import _args
-from . import ops  # noqa: F401  (registers torch.ops.fp8attn.fwd)
+from . import ops  # registers torch.ops.fp8attn.fwd
+
+_FWD = ops.FWD
 
 Result = Union[Tensor, tuple[Tensor, Tensor]]
 
@@ -48,10 +50,12 @@ def _call(
         out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
     lse = q.new_empty(lse_shape, dtype=torch.float32) if return_lse else None
     window_left, window_right = _args.normalize_window(window_size, causal)
-    torch.ops.fp8attn.fwd(
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
-        s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
-        bool(causal), window_left, window_right, num_splits)
+    try:
+        _FWD(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
+             s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
+             bool(causal), window_left, window_right, num_splits)
+    except RuntimeError as err:
+        ops.reraise(err)
     return (out, lse) if return_lse else out
 
 
