@@ -55,4 +55,8 @@ def __getattr__(name: str) -> Any:
         module = importlib.import_module(f".{module_name}", __name__)
     except ImportError as err:
         raise ImportError(f"fp8attn.{name} needs PyTorch ({err})") from err
-    return module if _LAZY[name] is None else getattr(module, name)
+    value = module if _LAZY[name] is None else getattr(module, name)
+    # Bound once: later lookups find the module attribute and never come back here (a call through
+    # fp8attn.flash_attn_varlen_func must not pay for an import-system lookup every time).
+    globals()[name] = value
+    return value
