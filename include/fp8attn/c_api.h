@@ -7,6 +7,7 @@
 #define FP8ATTN_C_API_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fp8attn/params.h"
 
@@ -28,8 +29,30 @@ void fp8attn_fwd_params_init(fp8attn_fwd_params* params);
 /* sizeof(fp8attn_fwd_params) in this build, so bindings can check their mirror of the struct. */
 size_t fp8attn_fwd_params_size(void);
 
+/* The launch chosen for one call. fp8attn_fwd_make_plan() validates the params once (everything but the
+ * workspace) and plans once: the kernel, the KV split count and the workspace size come from that one call.
+ * The caller then provides workspace_bytes of device scratch in params->workspace (if nonzero) and calls
+ * fp8attn_fwd_run(), which checks only the workspace and that the params still describe the planned problem.
+ * Neither builds a message unless it fails, reads device memory, or synchronizes. */
+typedef struct fp8attn_fwd_plan {
+  size_t workspace_bytes;  /* device scratch fp8attn_fwd_run needs in params->workspace; 0: none */
+  int32_t num_splits;      /* KV splits of the launch (1: unsplit) */
+  int32_t reserved_;
+  uint64_t internal_[16];  /* the kernel choice and the problem it was made for, written by the plan only */
+} fp8attn_fwd_plan;
+
+/* On the current CUDA device. On failure *plan is left unusable (fp8attn_fwd_run rejects it). */
+int fp8attn_fwd_make_plan(const fp8attn_fwd_params* params, fp8attn_fwd_plan* plan, char* err_buf, size_t err_len);
+/* params: the ones given to fp8attn_fwd_make_plan, unchanged except params->workspace/workspace_bytes,
+ * which must hold plan->workspace_bytes (run checks that, and that the sizes are the planned ones; the
+ * other pointers were validated by the plan). stream: a cudaStream_t (NULL = the legacy default stream)
+ * of the device the plan was made on. */
+int fp8attn_fwd_run(const fp8attn_fwd_params* params, const fp8attn_fwd_plan* plan, void* stream, char* err_buf,
+                    size_t err_len);
+
+/* Plan, then report plan.workspace_bytes (a failed device query is an error, not 0). */
 int fp8attn_fwd_workspace_size(const fp8attn_fwd_params* params, size_t* bytes, char* err_buf, size_t err_len);
-/* stream: a cudaStream_t (NULL = the legacy default stream). */
+/* Plan and run in one call; params->workspace must already hold fp8attn_fwd_workspace_size() bytes. */
 int fp8attn_fwd(const fp8attn_fwd_params* params, void* stream, char* err_buf, size_t err_len);
 
 /* The compiled kernels, one per line "d=128 dv=128 block_m=128 block_n=128 ...", for diagnostics. */

@@ -1,12 +1,15 @@
 // fp8attn: public C++ API. Framework-free: plain params (see params.h), a status, a CUDA stream.
 //
 //   fp8attn_fwd_params p;  fp8attn_fwd_params_init(&p);  ... fill p ...
-//   size_t bytes = fp8attn::fwd_workspace_size(p);          // split-KV scratch, 0 when unsplit
-//   fp8attn::Status s = fp8attn::fwd(p, stream);             // validates, selects a kernel, launches
+//   fp8attn::FwdPlan plan;
+//   fp8attn::Status s = fp8attn::plan_fwd(p, &plan);        // validates once, picks kernel + splits + workspace
+//   ... p.workspace / p.workspace_bytes = plan.workspace_bytes of device scratch, if nonzero ...
+//   s = fp8attn::run_fwd(p, plan, stream);                   // launches (forward, and the split-KV combine)
 //
-// fwd() never synchronizes and allocates nothing, so it can be captured in a CUDA graph. Every launch
-// choice depends only on host-known values (sizes, max_seqlen_q/k, num_splits), never on device-side
-// lengths, so a graph captured once replays correctly when seqused_k / cu_seqlens / block_table change.
+// fwd(p, stream) is both in one call, for callers that size the workspace beforehand (fwd_workspace_size).
+// Nothing here synchronizes or allocates, so a run can be captured in a CUDA graph. Every launch choice
+// depends only on host-known values (sizes, max_seqlen_q/k, num_splits), never on device-side lengths, so a
+// graph captured once replays correctly when seqused_k / cu_seqlens / block_table change.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,20 +29,31 @@ struct DeviceInfo {
   int cc_major = 0;
   int cc_minor = 0;
   int num_sms = 0;
-  size_t max_smem_per_block = 0;  // opt-in dynamic shared memory per block, bytes
 };
 
 // Queries the current CUDA device (cached per device).
 Status query_device(DeviceInfo* info);
 
-// Checks every argument; the message names the first bad one and what was expected.
+// Checks every argument, the workspace included; the message names the first bad one and what was expected.
 Status validate_fwd(const FwdParams& params, const DeviceInfo& device);
 
-// Bytes of device workspace fwd() needs for these params (split-KV partials), 0 if none.
-size_t fwd_workspace_size(const FwdParams& params, const DeviceInfo& device);
-size_t fwd_workspace_size(const FwdParams& params);  // on the current device
+// The launch chosen for one call (see fp8attn_fwd_make_plan in c_api.h).
+using FwdPlan = fp8attn_fwd_plan;
 
-// Validate, select a config, launch on `stream`.
+// Validates everything but the workspace and plans the launch for `device` (plan_fwd(params, plan): the
+// current device). Builds no message unless it fails.
+Status plan_fwd(const FwdParams& params, const DeviceInfo& device, FwdPlan* plan);
+Status plan_fwd(const FwdParams& params, FwdPlan* plan);
+// Launches `plan` on `stream`: params as planned, with plan.workspace_bytes of workspace.
+Status run_fwd(const FwdParams& params, const FwdPlan& plan, cudaStream_t stream);
+
+// Bytes of device workspace a call needs (split-KV partials), 0 if none. The first form is the plan's
+// arithmetic for `device` and assumes valid params; the second plans on the current device and reports
+// invalid params or a failed device query.
+size_t fwd_workspace_size(const FwdParams& params, const DeviceInfo& device);
+Status fwd_workspace_size(const FwdParams& params, size_t* bytes);
+
+// plan_fwd + run_fwd; params.workspace must already hold the planned bytes.
 Status fwd(const FwdParams& params, cudaStream_t stream);
 
 }  // namespace fp8attn

@@ -6,8 +6,9 @@
                                          q_descale=qs, k_descale=ks, v_descale=vs, out=out)
 
 Importing this package needs neither torch nor libfp8attn.so: the policy helper ``use_fp8attn`` is pure
-Python, the torch-facing functions are imported on first use (PEP 562), and the shared library is
-loaded by the first op call, which raises a clear error if it is missing.
+Python, and the torch-facing functions are imported on first use (PEP 562). That first use loads the
+shared library and the compiled torch op beside it (fp8attn.ops); when the library is missing, the first
+op call raises a clear error.
 """
 
 from __future__ import annotations
@@ -55,4 +56,8 @@ def __getattr__(name: str) -> Any:
         module = importlib.import_module(f".{module_name}", __name__)
     except ImportError as err:
         raise ImportError(f"fp8attn.{name} needs PyTorch ({err})") from err
-    return module if _LAZY[name] is None else getattr(module, name)
+    value = module if _LAZY[name] is None else getattr(module, name)
+    # Bound once: later lookups find the module attribute and never come back here (a call through
+    # fp8attn.flash_attn_varlen_func must not pay for an import-system lookup every time).
+    globals()[name] = value
+    return value

@@ -15,7 +15,9 @@ import torch
 from torch import Tensor
 
 from . import _args, _checks
-from . import ops  # noqa: F401  (registers torch.ops.fp8attn.fwd)
+from . import ops  # registers torch.ops.fp8attn.fwd
+
+_FWD = ops.FWD
 
 Result = Union[Tensor, tuple[Tensor, Tensor]]
 
@@ -60,14 +62,17 @@ def _call(
             s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
             bool(causal), window_left, window_right, num_splits)
     if torch.compiler.is_compiling():  # traced: the library runs later, at replay
-        torch.ops.fp8attn.fwd(*args)
-    else:
+        _FWD(*args)
+        return (out, lse) if return_lse else out
+    try:
         try:
-            torch.ops.fp8attn.fwd(*args)
-        except (ValueError, NotImplementedError) as err:
-            # The library's words, under the name of the function the user called.
-            message = str(err).removeprefix("fp8attn: ")
-            raise type(err)(f"fp8attn.{names.function}: {message}") from None
+            _FWD(*args)
+        except RuntimeError as err:
+            ops.reraise(err)  # the compiled op's refusals, as the exception types the ctypes op raises
+    except (ValueError, NotImplementedError) as err:
+        # The library's words, under the name of the function the user called.
+        message = str(err).removeprefix("fp8attn: ")
+        raise type(err)(f"fp8attn.{names.function}: {message}") from None
     return (out, lse) if return_lse else out
 
 

@@ -1,4 +1,15 @@
-"""The torch custom op ``fp8attn::fwd``: tensors → fp8attn_fwd_params → libfp8attn.so on the current stream.
+"""The torch op ``fp8attn::fwd``: tensors → fp8attn_fwd_params → libfp8attn.so on the current stream.
+
+Two implementations of one schema; ``BACKEND`` says which one this process registered:
+
+* ``"compiled"``: libfp8attn_torch.so (src/torch_op/fwd_op.cpp), a C++ op on PyTorch's stable ABI (torch
+  >= 2.9), loaded from next to libfp8attn.so. Tensors reach the launch without running Python: the op fills
+  the params, plans once through the C ABI, takes the split-KV workspace from torch's caching allocator and
+  launches on the current stream.
+* ``"ctypes"``: the fallback below, a Python custom op over the ctypes binding (about 100 µs of host time
+  more per call). Used when the compiled op is absent or cannot load (torch < 2.9), or when
+  FP8ATTN_TORCH_OP=ctypes; ``FALLBACK_REASON`` says why, and a warning says so once when a library that
+  was found cannot serve.
 
 Why an op that writes into ``out`` (and ``lse``) rather than a functional op returning new tensors:
 vLLM and other servers pass a pre-allocated ``out`` (a slice of the layer's output buffer) and expect
@@ -6,8 +17,8 @@ it to be written in place, and their own attention op is itself a mutating custo
 (``unified_attention_with_output``). A functional op would force a copy into that buffer. Under
 torch.compile a mutating custom op is functionalised (``auto_functionalized``) and Inductor writes it
 back in place where it can, so the compiled path costs at most the copy a functional op always costs.
-Under CUDA graphs the op allocates only its split-KV workspace, with torch.empty on the current stream,
-which capture serves from the graph's private pool; nothing is cached across calls, so a captured
+Under CUDA graphs the op allocates only its split-KV workspace, from torch's allocator on the current
+stream, which capture serves from the graph's private pool; nothing is cached across calls, so a captured
 graph never refers to memory that a later call could free or resize.
 
 Layouts (all strided: only the last dimension must be contiguous; strides are passed, never copied):
@@ -21,7 +32,10 @@ Layouts (all strided: only the last dimension must be contiguous; strides are pa
 # No `from __future__ import annotations` here: torch.library.custom_op infers the op schema from the
 # annotations of `fill_params` (the signature of `fwd`), which must stay real types rather than strings.
 import contextlib
+import ctypes
 import inspect
+import os
+import warnings
 from typing import Optional
 
 import torch
@@ -287,16 +301,69 @@ def _fwd(*args) -> None:
         lib.fwd(params, torch.cuda.current_stream(q.device).cuda_stream)
 
 
-# The op's parameters, with their annotations, are those of fill_params after ``params``: one list, so the
-# schema torch.library.custom_op infers from it and the Python-side filling cannot drift apart.
-_OP_SIGNATURE = inspect.signature(fill_params)
-_fwd.__signature__ = _OP_SIGNATURE.replace(parameters=list(_OP_SIGNATURE.parameters.values())[1:])
-fwd = torch.library.custom_op("fp8attn::fwd", _fwd, mutates_args=("out", "lse"), device_types="cuda")
-
-
-@fwd.register_fake
 def _fwd_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
               cu_seqlens_q: Optional[Tensor], *_rest) -> None:
     # The op returns nothing; what tracing can check is that the buffers it writes have the right
     # shapes and dtypes, so a bad call fails at compile time rather than at the first replay.
     _check_output_shapes(q, v, out, lse, cu_seqlens_q is not None)
+
+
+_OP_LIB_NAME = "libfp8attn_torch.so"
+_ENV_BACKEND = "FP8ATTN_TORCH_OP"
+_MIN_TORCH = "2.9"  # the stable ABI the op library targets (TORCH_TARGET_VERSION in cmake/torch_op.cmake)
+
+
+def _load_compiled_op() -> tuple[Optional[ctypes.CDLL], Optional[str], bool]:
+    """Loads libfp8attn_torch.so, which registers fp8attn::fwd. Returns (library, reason it was not loaded,
+    whether that reason deserves a warning)."""
+    if os.environ.get(_ENV_BACKEND, "").lower() == "ctypes":
+        return None, f"{_ENV_BACKEND}=ctypes", False
+    if torch.__version__ < _MIN_TORCH:
+        return None, f"torch {torch.__version__} predates the stable ABI op (needs >= {_MIN_TORCH})", True
+    try:
+        lib_dir = _lib.get_lib().path.parent
+    except _lib.LibraryNotFoundError as err:
+        return None, str(err), False  # the first call raises this anyway; no op library can help
+    path = lib_dir / _OP_LIB_NAME
+    if not path.is_file():
+        return None, f"{path} is not built (build with torch >= {_MIN_TORCH}: see cmake/torch_op.cmake)", True
+    try:
+        torch.ops.load_library(str(path))
+        op_lib = ctypes.CDLL(str(path))
+        op_lib.fp8attn_torch_last_error_code.restype = ctypes.c_int
+    except (OSError, RuntimeError, AttributeError) as err:
+        return None, f"cannot load {path}: {err}", True
+    return op_lib, None, False
+
+
+_op_lib, FALLBACK_REASON, _warn = _load_compiled_op()
+BACKEND = "compiled" if _op_lib is not None else "ctypes"
+
+if BACKEND == "compiled":
+    fwd = torch.ops.fp8attn.fwd
+    torch.library.register_fake("fp8attn::fwd")(_fwd_fake)
+else:
+    if _warn:
+        warnings.warn(f"fp8attn: using the ctypes torch op, slower on the host: {FALLBACK_REASON}", stacklevel=2)
+    # The op's parameters, with their annotations, are those of fill_params after ``params``: one list, so
+    # the schema torch.library.custom_op infers from it and the Python-side filling cannot drift apart.
+    _OP_SIGNATURE = inspect.signature(fill_params)
+    _fwd.__signature__ = _OP_SIGNATURE.replace(parameters=list(_OP_SIGNATURE.parameters.values())[1:])
+    fwd = torch.library.custom_op("fp8attn::fwd", _fwd, mutates_args=("out", "lse"), device_types="cuda")
+    fwd.register_fake(_fwd_fake)
+
+# The overload itself, so that a call skips the packet's overload resolution.
+FWD = torch.ops.fp8attn.fwd.default
+
+
+def reraise(err: RuntimeError) -> None:
+    """Re-raises a RuntimeError of the compiled op as the ctypes path would raise it: NotImplementedError for
+    an unsupported case, KernelNotCompiledError for a kernel missing from the build (ValueError for a
+    malformed call needs nothing: the op raises it directly). Anything else is raised unchanged."""
+    if _op_lib is not None and str(err).startswith("fp8attn: "):
+        code = _op_lib.fp8attn_torch_last_error_code()
+        if code == _lib.STATUS_NOT_SUPPORTED:
+            raise NotImplementedError(str(err)) from None
+        if code == _lib.STATUS_NOT_COMPILED:
+            raise _lib.KernelNotCompiledError(str(err)) from None
+    raise err

@@ -1,16 +1,20 @@
-// fp8attn: the C++ entry points — validate, select a config, dispatch, launch.
+// fp8attn: the C++ entry points. A call is planned once (validate the arguments, select the config, size the
+// workspace) and run once (check the workspace, launch through sm90::launch); nothing is computed twice and
+// no message is built unless something fails.
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "fp8attn/fp8attn.h"
 #include "host/api_internal.h"
 #include "host/config.h"
 #include "host/device_args.h"
-#include "host/dispatch.h"
-#include "sm90/combine.h"
+#include "host/validate.h"
+#include "sm90/launch.h"
 
 namespace fp8attn {
 
@@ -21,29 +25,28 @@ Status cuda_status(cudaError_t err, const char* what) {
                                             cudaGetErrorString(err) + ")");
 }
 
-// The split-KV combine for a config with num_splits > 1; partials live in the workspace (fwd_launch.cuh).
-cudaError_t launch_split_combine(const FwdParams& p, const KernelConfig& config, cudaStream_t stream) {
-  sm90::CombineArgs c;
-  c.o_partial = static_cast<const float*>(p.workspace);
-  c.lse_partial = c.o_partial + split_partial_o_floats(config, p.num_heads_q, p.head_dim_v);
-  c.num_splits = config.num_splits;
-  c.partial_rows = int(config.partial_rows);
-  c.num_heads_q = p.num_heads_q;
-  c.head_dim_v = p.head_dim_v;
-  c.batch = p.batch;
-  c.seqlen_q = p.seqlen_q;
-  c.cu_seqlens_q = p.cu_seqlens_q;
-  c.out = p.out;
-  c.out_is_bf16 = p.out_dtype == FP8ATTN_DTYPE_BF16;
-  c.o_batch_stride = p.o_batch_stride;
-  c.o_row_stride = p.o_row_stride;
-  c.o_head_stride = p.o_head_stride;
-  c.lse = p.lse;
-  c.lse_batch_stride = p.lse_batch_stride;
-  c.lse_head_stride = p.lse_head_stride;
-  c.sink = p.sink;
-  c.sink_is_bf16 = p.sink_dtype == FP8ATTN_DTYPE_BF16;
-  return sm90::launch_combine(c, stream);
+Status not_compiled(const KernelKey& key) {
+  return Status(StatusCode::kNotCompiled,
+                "no kernel for " + key.to_string() + " in this build (it was configured with a FP8ATTN_HEAD_DIMS subset)");
+}
+
+// What fp8attn_fwd_plan::internal_ holds: the config and the problem it was chosen for (so that a run can
+// tell a plan of other sizes), stamped so that an unplanned or failed plan is refused.
+struct PlanRecord {
+  uint32_t stamp;
+  KernelConfig config;
+  ProblemShape problem;
+};
+constexpr uint32_t kPlanStamp = 0xF8A77E4Du;
+static_assert(std::is_trivially_copyable_v<PlanRecord>, "copied in and out of the C struct");
+static_assert(sizeof(PlanRecord) <= sizeof(fp8attn_fwd_plan::internal_), "fp8attn_fwd_plan::internal_ too small");
+
+bool same_problem(const ProblemShape& a, const ProblemShape& b) {
+  return a.batch == b.batch && a.max_seqlen_q == b.max_seqlen_q && a.max_seqlen_k == b.max_seqlen_k &&
+         a.total_q == b.total_q && a.num_heads_q == b.num_heads_q && a.num_heads_kv == b.num_heads_kv &&
+         a.head_dim == b.head_dim && a.head_dim_v == b.head_dim_v && a.window_left == b.window_left &&
+         a.window_right == b.window_right && a.num_splits_requested == b.num_splits_requested &&
+         a.num_sms == b.num_sms;
 }
 
 }  // namespace
@@ -62,16 +65,78 @@ Status query_device(DeviceInfo* info) {
     return Status::Ok();
   }
   DeviceInfo d;
-  int smem_optin = 0;
   if ((err = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device)) != cudaSuccess ||
       (err = cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) != cudaSuccess) {
+      (err = cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
     return cuda_status(err, "cudaDeviceGetAttribute");
   }
-  d.max_smem_per_block = size_t(smem_optin);
   if (device < kMaxDevices) { cache[device] = d; }
   *info = d;
+  return Status::Ok();
+}
+
+Status plan_fwd(const FwdParams& params, const DeviceInfo& device, FwdPlan* plan) {
+  *plan = FwdPlan{};  // unstamped: a failed plan cannot be run
+  Status status = validate_fwd_arguments(params, device);
+  if (!status.ok()) { return status; }
+  PlanRecord record;
+  record.stamp = kPlanStamp;
+  record.problem = describe_problem(params, device);
+  record.config = select_config(record.problem);
+  if (!sm90::has_kernel(record.config.key)) { return not_compiled(record.config.key); }
+  const size_t workspace_bytes = split_workspace_bytes(record.problem, record.config);
+  status = validate_fwd_workspace_size(params, workspace_bytes);
+  if (!status.ok()) { return status; }
+  plan->workspace_bytes = workspace_bytes;
+  plan->num_splits = record.config.num_splits;
+  std::memcpy(plan->internal_, &record, sizeof(record));
+  return Status::Ok();
+}
+
+Status plan_fwd(const FwdParams& params, FwdPlan* plan) {
+  DeviceInfo device;
+  const Status status = query_device(&device);
+  if (!status.ok()) {
+    *plan = FwdPlan{};
+    return status;
+  }
+  return plan_fwd(params, device, plan);
+}
+
+Status run_fwd(const FwdParams& params, const FwdPlan& plan, cudaStream_t stream) {
+  PlanRecord record;
+  std::memcpy(&record, plan.internal_, sizeof(record));
+  if (record.stamp != kPlanStamp) {
+    return Status(StatusCode::kInvalidArgument,
+                  "plan: expected a plan filled by a successful fp8attn_fwd_make_plan, got one it did not fill");
+  }
+  DeviceInfo planned_device;
+  planned_device.num_sms = record.problem.num_sms;
+  if (!same_problem(describe_problem(params, planned_device), record.problem)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "params: expected the sizes the plan was made for (sizes, heads, window or num_splits changed "
+                  "since the plan was made; plan again)");
+  }
+  Status status = validate_fwd_workspace(params, split_workspace_bytes(record.problem, record.config));
+  if (!status.ok()) { return status; }
+  if (device_arg_checks_enabled()) {
+    status = check_device_args(params, stream);
+    if (!status.ok()) { return status; }
+  }
+  // No query rows: nothing to write (out and lse are empty too), and q may be NULL, as torch passes it.
+  if ((params.cu_seqlens_q != nullptr ? params.total_q : params.seqlen_q) == 0) { return Status::Ok(); }
+  cudaError_t err;
+  if (params.k == nullptr || params.v == nullptr) {
+    // Every key length is 0 and K/V have no elements (validated): the kernel still runs, to write zeros and an
+    // LSE of -inf, and never reads K/V; but a TMA descriptor needs a base address, and q's serves.
+    FwdParams keyless = params;
+    keyless.k = keyless.k ? keyless.k : params.q;
+    keyless.v = keyless.v ? keyless.v : params.q;
+    err = sm90::launch(keyless, record.config, stream);
+  } else {
+    err = sm90::launch(params, record.config, stream);
+  }
+  if (err != cudaSuccess) { return cuda_status(err, "fp8attn kernel launch"); }
   return Status::Ok();
 }
 
@@ -80,49 +145,24 @@ size_t fwd_workspace_size(const FwdParams& params, const DeviceInfo& device) {
   return split_workspace_bytes(problem, select_config(problem));
 }
 
-size_t fwd_workspace_size(const FwdParams& params) {
-  DeviceInfo device;
-  if (!query_device(&device).ok()) { return 0; }
-  return fwd_workspace_size(params, device);
+Status fwd_workspace_size(const FwdParams& params, size_t* bytes) {
+  FwdPlan plan;
+  const Status status = plan_fwd(params, &plan);
+  *bytes = status.ok() ? plan.workspace_bytes : 0;
+  return status;
 }
 
 Status fwd(const FwdParams& params, cudaStream_t stream) {
-  DeviceInfo device;
-  Status status = query_device(&device);
+  FwdPlan plan;
+  const Status status = plan_fwd(params, &plan);
   if (!status.ok()) { return status; }
-  status = validate_fwd(params, device);
-  if (!status.ok()) { return status; }
-  if (device_arg_checks_enabled()) {
-    status = check_device_args(params, stream);
-    if (!status.ok()) { return status; }
-  }
-  // No query rows: nothing to write (out and lse are empty too), and q may be NULL, as torch passes it.
-  if ((params.cu_seqlens_q != nullptr ? params.total_q : params.seqlen_q) == 0) { return Status::Ok(); }
-  const KernelConfig config = select_config(describe_problem(params, device));
-  if (params.k == nullptr || params.v == nullptr) {
-    // Every key length is 0 and K/V have no elements (validated): the kernel still runs, to write zeros and an
-    // LSE of -inf, and never reads K/V; but a TMA descriptor needs a base address, and q's serves.
-    FwdParams keyless = params;
-    keyless.k = keyless.k ? keyless.k : params.q;
-    keyless.v = keyless.v ? keyless.v : params.q;
-    return launch_with_config(keyless, config, stream);
-  }
-  return launch_with_config(params, config, stream);
+  return run_fwd(params, plan, stream);
 }
 
 Status launch_with_config(const FwdParams& params, const KernelConfig& config, cudaStream_t stream) {
-  const LaunchFn launch = find_launcher(config.key);
-  if (launch == nullptr) {
-    return Status(StatusCode::kNotCompiled, "no kernel for " + config.key.to_string() +
-                                                " in this build (it was configured with a FP8ATTN_HEAD_DIMS subset)");
-  }
-  if (config.grid_x == 0 || config.grid_y == 0 || config.grid_z == 0) { return Status::Ok(); }  // nothing to compute
-  cudaError_t err = launch(params, config, stream);
-  if (err != cudaSuccess) { return cuda_status(err, "fp8attn forward launch"); }
-  if (config.num_splits > 1) {
-    err = launch_split_combine(params, config, stream);
-    if (err != cudaSuccess) { return cuda_status(err, "fp8attn split-KV combine launch"); }
-  }
+  if (!sm90::has_kernel(config.key)) { return not_compiled(config.key); }
+  const cudaError_t err = sm90::launch(params, config, stream);
+  if (err != cudaSuccess) { return cuda_status(err, "fp8attn kernel launch"); }
   return Status::Ok();
 }
 

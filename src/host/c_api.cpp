@@ -10,7 +10,7 @@
 #include <string>
 
 #include "fp8attn/fp8attn.h"
-#include "host/dispatch.h"
+#include "sm90/launch.h"
 
 namespace {
 
@@ -75,22 +75,31 @@ void fp8attn_fwd_params_init(fp8attn_fwd_params* params) {
 
 size_t fp8attn_fwd_params_size(void) { return sizeof(fp8attn_fwd_params); }
 
+int fp8attn_fwd_make_plan(const fp8attn_fwd_params* params, fp8attn_fwd_plan* plan, char* err_buf, size_t err_len) {
+  return guarded(err_buf, err_len, [&]() -> Status {
+    if (plan == nullptr) return Status(StatusCode::kInvalidArgument, "plan: expected a fp8attn_fwd_plan pointer, got NULL");
+    if (params == nullptr) {
+      *plan = fp8attn_fwd_plan{};
+      return null_params();
+    }
+    return fp8attn::plan_fwd(*params, plan);
+  });
+}
+
+int fp8attn_fwd_run(const fp8attn_fwd_params* params, const fp8attn_fwd_plan* plan, void* stream, char* err_buf,
+                    size_t err_len) {
+  return guarded(err_buf, err_len, [&]() -> Status {
+    if (params == nullptr) return null_params();
+    if (plan == nullptr) return Status(StatusCode::kInvalidArgument, "plan: expected a fp8attn_fwd_plan pointer, got NULL");
+    return fp8attn::run_fwd(*params, *plan, static_cast<cudaStream_t>(stream));
+  });
+}
+
 int fp8attn_fwd_workspace_size(const fp8attn_fwd_params* params, size_t* bytes, char* err_buf, size_t err_len) {
   return guarded(err_buf, err_len, [&]() -> Status {
     if (params == nullptr) return null_params();
     if (bytes == nullptr) return Status(StatusCode::kInvalidArgument, "bytes: expected a size_t pointer, got NULL");
-    fp8attn::DeviceInfo device;
-    const Status queried = fp8attn::query_device(&device);
-    if (!queried.ok()) return queried;
-    // Callers ask before they have a workspace, so validate everything else first (a malformed call gets its
-    // named error rather than a meaningless size): stand in an ample, aligned buffer for the workspace rule.
-    fp8attn_fwd_params probe = *params;
-    probe.workspace = reinterpret_cast<void*>(uintptr_t{256});
-    probe.workspace_bytes = SIZE_MAX;
-    const Status valid = fp8attn::validate_fwd(probe, device);
-    if (!valid.ok()) return valid;
-    *bytes = fp8attn::fwd_workspace_size(*params, device);
-    return Status::Ok();
+    return fp8attn::fwd_workspace_size(*params, bytes);
   });
 }
 
@@ -103,7 +112,7 @@ int fp8attn_fwd(const fp8attn_fwd_params* params, void* stream, char* err_buf, s
 
 const char* fp8attn_compiled_kernels(void) {
   try {
-    return fp8attn::compiled_kernels_description();
+    return fp8attn::sm90::compiled_kernels_description();
   } catch (...) {
     return "";  // diagnostics only: an empty list beats an exception across the C boundary
   }

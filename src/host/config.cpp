@@ -2,17 +2,11 @@
 #include "host/config.h"
 
 #include <algorithm>
-#include <string>
 
+#include "common/kernel_rules.h"
 #include "fp8attn/fp8attn.h"
-#include "host/kernel_rules.h"
 
 namespace fp8attn {
-
-std::string KernelKey::to_string() const {
-  return "d=" + std::to_string(head_dim) + " dv=" + std::to_string(head_dim_v) + " block_m=" + std::to_string(block_m) +
-         " block_n=" + std::to_string(block_n) + (two_level ? "" : " one_level");
-}
 
 ProblemShape describe_problem(const fp8attn_fwd_params& p, const DeviceInfo& device) {
   ProblemShape s;
@@ -24,11 +18,8 @@ ProblemShape describe_problem(const fp8attn_fwd_params& p, const DeviceInfo& dev
   s.num_heads_kv = p.num_heads_kv;
   s.head_dim = p.head_dim;
   s.head_dim_v = p.head_dim_v;
-  s.causal = p.causal != 0;
   s.window_left = p.window_left;
   s.window_right = p.causal ? 0 : p.window_right;
-  s.paged = p.block_table != nullptr;
-  s.page_size = p.page_size;
   s.num_splits_requested = p.num_splits;
   s.num_sms = device.num_sms;
   return s;
@@ -94,17 +85,13 @@ KernelConfig select_config(const ProblemShape& problem) {
   // Short query tiles (decode, speculative decode) would leave a 128-row tile mostly padding: one MMA
   // warpgroup of 64 rows serves them.
   c.key.block_m = block_m_for_rows(rows);
-  c.num_mma_warpgroups = c.key.block_m / 64;
-  c.stages = stages_for(c.key.block_m, c.key.head_dim_v);
-  c.pv_from_registers = true;
-  c.ctas_per_sm = ctas_per_sm_for(c.key.block_m, c.key.head_dim_v);
   c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));
   const int heads = c.pack_gqa ? problem.num_heads_kv : problem.num_heads_q;
   const int64_t ctas = int64_t(c.num_m_blocks) * heads * problem.batch;
   c.num_splits = problem.num_splits_requested > 0
                      ? problem.num_splits_requested
                      : split_heuristic(ctas, max_kv_blocks(problem, c.key.block_n, c.key.block_m),
-                                       problem.num_sms * c.ctas_per_sm);
+                                       problem.num_sms * ctas_per_sm_for(c.key.block_m, c.key.head_dim_v));
   // gridDim.z = batch * splits may not exceed 65535 (only reachable with huge batches and explicit splits).
   c.num_splits = std::max(1, std::min(c.num_splits, kMaxGridZ / std::max(1, problem.batch)));
   c.partial_rows = problem.total_q;
@@ -112,15 +99,6 @@ KernelConfig select_config(const ProblemShape& problem) {
   c.grid_y = static_cast<unsigned>(heads);
   c.grid_z = static_cast<unsigned>(problem.batch * c.num_splits);
   return c;
-}
-
-size_t split_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
-  if (config.num_splits <= 1) { return 0; }
-  const size_t partial_o =
-      size_t(split_partial_o_floats(config, problem.num_heads_q, problem.head_dim_v)) * sizeof(float);
-  const size_t partial_lse =
-      size_t(config.num_splits) * size_t(problem.num_heads_q) * size_t(config.partial_rows) * sizeof(float);
-  return partial_o + partial_lse;
 }
 
 }  // namespace fp8attn

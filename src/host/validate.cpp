@@ -14,10 +14,11 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <string_view>
 #include <utility>
-#include <vector>
 
 #include "fp8attn/fp8attn.h"
+#include "host/validate.h"
 
 #define FP8ATTN_RETURN_IF_ERROR(expr)   \
   do {                                  \
@@ -53,7 +54,7 @@ std::string hex(const void* ptr) {
 }
 
 // The shape of every message: "name: expected X, got Y".
-std::string expected_got(const std::string& name, const std::string& expected, const std::string& got) {
+std::string expected_got(std::string_view name, std::string_view expected, std::string_view got) {
   return cat(name, ": expected ", expected, ", got ", got);
 }
 
@@ -92,7 +93,7 @@ StatusCode wrong_dtype_code(fp8attn_dtype t) {
   }
 }
 
-Status expect_dtype(const std::string& name, fp8attn_dtype got, std::initializer_list<fp8attn_dtype> allowed) {
+Status expect_dtype(std::string_view name, fp8attn_dtype got, std::initializer_list<fp8attn_dtype> allowed) {
   if (std::find(allowed.begin(), allowed.end(), got) != allowed.end()) return Status::Ok();
   std::string expected = "dtype ";
   for (auto it = allowed.begin(); it != allowed.end(); ++it)
@@ -100,23 +101,41 @@ Status expect_dtype(const std::string& name, fp8attn_dtype got, std::initializer
   return {wrong_dtype_code(got), expected_got(name, expected, dtype_name(got))};
 }
 
-Status expect_at_least(const std::string& name, int64_t got, int64_t min, const std::string& why = "") {
+Status expect_at_least(std::string_view name, int64_t got, int64_t min, std::string_view why = "") {
   if (got >= min) return Status::Ok();
   return invalid(expected_got(name, cat(">= ", min, why), cat(got)));
 }
 
-Status expect_aligned(const std::string& name, const void* ptr, int64_t bytes, const std::string& why) {
+Status expect_aligned(std::string_view name, const void* ptr, int64_t bytes, std::string_view why) {
   if (reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0) return Status::Ok();
   return invalid(expected_got(name, cat("a ", bytes, "-byte aligned address (", why, ")"), hex(ptr)));
 }
 
-// One strided dimension of a tensor: its params field, its extent, and how to describe the extent.
+// One strided dimension of a tensor: its params field, its extent, and how to describe the extent. Only
+// names are stored (string literals); messages are composed from them when a check fails, so a valid call
+// builds no string.
 struct Dim {
-  std::string stride_name;  // the params field, e.g. "k_row_stride"
-  std::string size_desc;    // e.g. "page_size=16"
+  std::string_view field_prefix;  // the params field is field_prefix + field_suffix, e.g. "k" + "_row_stride"
+  std::string_view field_suffix;
+  std::string_view extent_name;   // the extent is described as extent_name=size extent_unit, e.g. "page_size=16 rows"
+  std::string_view extent_unit;
   int64_t size;
   int64_t stride;
-  bool zero_stride_ok;      // a read-only batch dimension may broadcast (stride 0); rows and heads may not
+  bool zero_stride_ok;            // a read-only batch dimension may broadcast (stride 0); rows and heads may not
+
+  std::string stride_name() const { return cat(field_prefix, field_suffix); }
+  std::string size_desc() const { return cat(extent_name, "=", size, extent_unit); }
+};
+
+// The dims of one tensor, at most [batch, rows, heads, head_dim]: a fixed array, so checking allocates nothing.
+struct Dims {
+  static constexpr int kMax = 4;
+  Dim dim[kMax];
+  int count = 0;
+
+  void add(const Dim& d) { dim[count++] = d; }
+  const Dim* begin() const { return dim; }
+  const Dim* end() const { return dim + count; }
 };
 
 // x * y + z saturated at INT64_MAX (all operands >= 0): spans of absurd strides must not wrap around.
@@ -129,16 +148,24 @@ int64_t saturating_mul_add(int64_t x, int64_t y, int64_t z) {
 // A written tensor must not alias itself, or two CTAs race on one address. Checked in the sufficient form
 // every view of a contiguous tensor meets: ordered by stride (the contiguous dim first), each dimension
 // starts beyond the span of the smaller ones.
-Status expect_no_self_overlap(const std::string& tensor, std::vector<Dim> dims) {
-  for (const Dim& d : dims)
-    if (d.size == 0) return Status::Ok();  // no elements, nothing to alias
-  dims.erase(std::remove_if(dims.begin(), dims.end(), [](const Dim& d) { return d.size <= 1; }), dims.end());
-  std::stable_sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
-  int64_t span = 1;
+Status expect_no_self_overlap(std::string_view tensor, const Dims& dims) {
+  Dims sorted;  // the dims of more than one element, by stride; stable, so equal strides keep their order
   for (const Dim& d : dims) {
+    if (d.size == 0) return Status::Ok();  // no elements, nothing to alias
+    if (d.size <= 1) continue;
+    int at = sorted.count;
+    while (at > 0 && sorted.dim[at - 1].stride > d.stride) {
+      sorted.dim[at] = sorted.dim[at - 1];
+      --at;
+    }
+    sorted.dim[at] = d;
+    ++sorted.count;
+  }
+  int64_t span = 1;
+  for (const Dim& d : sorted) {
     if (d.stride < span) {
-      return invalid(expected_got(d.stride_name, cat(">= ", span, " so that ", tensor, " does not overlap itself (",
-                                                     d.size_desc, ")"),
+      return invalid(expected_got(d.stride_name(), cat(">= ", span, " so that ", tensor, " does not overlap itself (",
+                                                       d.size_desc(), ")"),
                                   cat(d.stride)));
     }
     span = saturating_mul_add(d.stride, d.size - 1, span);
@@ -148,29 +175,29 @@ Status expect_no_self_overlap(const std::string& tensor, std::vector<Dim> dims) 
 
 // q, k, v or out: [batch?, rows, heads, head_dim] with the head_dim contiguous.
 struct StridedTensor {
-  std::string name;
+  std::string_view name;
   const void* ptr;
   int64_t elem_bytes;
   bool written;
-  std::vector<Dim> dims;  // the strided dims in use (the batch dim is absent when varlen)
-  Dim contiguous;         // the head dim, stride 1
+  Dims dims;       // the strided dims in use (the batch dim is absent when varlen)
+  Dim contiguous;  // the head dim, stride 1
 };
 
 Status check_stride(const StridedTensor& t, const Dim& d) {
-  if (d.stride < 0) return invalid(expected_got(d.stride_name, ">= 0", cat(d.stride)));
+  if (d.stride < 0) return invalid(expected_got(d.stride_name(), ">= 0", cat(d.stride)));
   if (d.stride == 0 && d.size > 1 && (t.written || !d.zero_stride_ok)) {
-    return invalid(expected_got(d.stride_name, cat("a nonzero stride (", d.size_desc, " would alias one address)"),
+    return invalid(expected_got(d.stride_name(), cat("a nonzero stride (", d.size_desc(), " would alias one address)"),
                                 "0"));
   }
   const int64_t multiple = kTmaAlignBytes / t.elem_bytes;
   if (d.stride % multiple != 0) {
-    return invalid(expected_got(d.stride_name,
+    return invalid(expected_got(d.stride_name(),
                                 cat("a multiple of ", multiple, " elements (", t.name,
                                     " strides must be 16-byte aligned for TMA)"),
                                 cat(d.stride)));
   }
   if (d.stride >= kTmaMaxStrideBytes / t.elem_bytes) {
-    return invalid(expected_got(d.stride_name, cat("< 2^40 bytes (the TMA stride limit)"),
+    return invalid(expected_got(d.stride_name(), cat("< 2^40 bytes (the TMA stride limit)"),
                                 cat(d.stride, " elements")));
   }
   return Status::Ok();
@@ -189,9 +216,10 @@ Status check_tensor(const StridedTensor& t) {
   FP8ATTN_RETURN_IF_ERROR(expect_aligned(t.name, t.ptr, kTmaAlignBytes, "TMA needs a 16-byte aligned base"));
   for (const Dim& d : t.dims) FP8ATTN_RETURN_IF_ERROR(check_stride(t, d));
   if (!t.written) return Status::Ok();
-  std::vector<Dim> all{t.contiguous};
-  all.insert(all.end(), t.dims.begin(), t.dims.end());
-  return expect_no_self_overlap(t.name, std::move(all));
+  Dims all;
+  all.add(t.contiguous);
+  for (const Dim& d : t.dims) all.add(d);
+  return expect_no_self_overlap(t.name, all);
 }
 
 bool varlen_q(const FwdParams& p) { return p.cu_seqlens_q != nullptr; }
@@ -203,40 +231,39 @@ const char* seqlen_k_name(const FwdParams& p) {
   return p.cu_seqlens_k || p.seqused_k || paged(p) ? "max_seqlen_k" : "seqlen_k";
 }
 
-// Rows of q / out: total_q when varlen, else seqlen_q per batch entry.
-Dim q_rows(const FwdParams& p, const std::string& stride_name, int64_t stride) {
-  return varlen_q(p) ? Dim{stride_name, cat("total_q=", p.total_q, " rows"), p.total_q, stride, false}
-                     : Dim{stride_name, cat("seqlen_q=", p.seqlen_q, " rows"), p.seqlen_q, stride, false};
+// Rows of q / out / lse: total_q when varlen, else seqlen_q per batch entry. The stride's field is
+// prefix + suffix.
+Dim q_rows(const FwdParams& p, std::string_view prefix, std::string_view suffix, int64_t stride) {
+  return varlen_q(p) ? Dim{prefix, suffix, "total_q", " rows", p.total_q, stride, false}
+                     : Dim{prefix, suffix, "seqlen_q", " rows", p.seqlen_q, stride, false};
 }
 
-StridedTensor q_like(const FwdParams& p, const std::string& name, const std::string& prefix, const void* ptr,
+Dim head_dim_of(int head_dim) { return {"head_dim", "", "head_dim", "", head_dim, 1, false}; }
+
+// prefix: of the stride fields ("q", "o").
+StridedTensor q_like(const FwdParams& p, std::string_view name, std::string_view prefix, const void* ptr,
                      fp8attn_dtype dtype, bool written, int head_dim, int64_t batch_stride, int64_t row_stride,
                      int64_t head_stride) {
-  StridedTensor t{name, ptr, dtype_bytes(dtype), written, {}, {"head_dim", cat("head_dim=", head_dim), head_dim, 1,
-                                                               false}};
-  if (!varlen_q(p))
-    t.dims.push_back({prefix + "_batch_stride", cat("batch=", p.batch), p.batch, batch_stride, !written});
-  t.dims.push_back(q_rows(p, prefix + "_row_stride", row_stride));
-  t.dims.push_back({prefix + "_head_stride", cat("num_heads_q=", p.num_heads_q, " heads"), p.num_heads_q,
-                    head_stride, false});
+  StridedTensor t{name, ptr, dtype_bytes(dtype), written, {}, head_dim_of(head_dim)};
+  if (!varlen_q(p)) t.dims.add({prefix, "_batch_stride", "batch", "", p.batch, batch_stride, !written});
+  t.dims.add(q_rows(p, prefix, "_row_stride", row_stride));
+  t.dims.add({prefix, "_head_stride", "num_heads_q", " heads", p.num_heads_q, head_stride, false});
   return t;
 }
 
-StridedTensor kv_like(const FwdParams& p, const std::string& name, const void* ptr, fp8attn_dtype dtype,
+StridedTensor kv_like(const FwdParams& p, std::string_view name, const void* ptr, fp8attn_dtype dtype,
                       int head_dim, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
-  StridedTensor t{name, ptr, dtype_bytes(dtype), false, {}, {"head_dim", cat("head_dim=", head_dim), head_dim, 1,
-                                                             false}};
+  StridedTensor t{name, ptr, dtype_bytes(dtype), false, {}, head_dim_of(head_dim)};
   if (paged(p)) {  // [num_pages, page_size, heads, d]: the batch stride is the page stride
-    t.dims.push_back({name + "_batch_stride", cat("num_pages=", p.num_pages), p.num_pages, batch_stride, true});
-    t.dims.push_back({name + "_row_stride", cat("page_size=", p.page_size, " rows"), p.page_size, row_stride, false});
+    t.dims.add({name, "_batch_stride", "num_pages", "", p.num_pages, batch_stride, true});
+    t.dims.add({name, "_row_stride", "page_size", " rows", p.page_size, row_stride, false});
   } else if (varlen_k(p)) {
-    t.dims.push_back({name + "_row_stride", cat("total_k=", p.total_k, " rows"), p.total_k, row_stride, false});
+    t.dims.add({name, "_row_stride", "total_k", " rows", p.total_k, row_stride, false});
   } else {
-    t.dims.push_back({name + "_batch_stride", cat("batch=", p.batch), p.batch, batch_stride, true});
-    t.dims.push_back({name + "_row_stride", cat("seqlen_k=", p.seqlen_k, " rows"), p.seqlen_k, row_stride, false});
+    t.dims.add({name, "_batch_stride", "batch", "", p.batch, batch_stride, true});
+    t.dims.add({name, "_row_stride", "seqlen_k", " rows", p.seqlen_k, row_stride, false});
   }
-  t.dims.push_back({name + "_head_stride", cat("num_heads_kv=", p.num_heads_kv, " heads"), p.num_heads_kv,
-                    head_stride, false});
+  t.dims.add({name, "_head_stride", "num_heads_kv", " heads", p.num_heads_kv, head_stride, false});
   return t;
 }
 
@@ -282,11 +309,10 @@ Status check_dtypes(const FwdParams& p) {
 }
 
 Status check_head_dims(const FwdParams& p) {
-  std::string supported;
-  for (const auto& [d, dv] : kHeadDims) {
+  for (const auto& [d, dv] : kHeadDims)
     if (p.head_dim == d && p.head_dim_v == dv) return Status::Ok();
-    supported += cat(supported.empty() ? "" : ", ", "(", d, ", ", dv, ")");
-  }
+  std::string supported;
+  for (const auto& [d, dv] : kHeadDims) supported += cat(supported.empty() ? "" : ", ", "(", d, ", ", dv, ")");
   return not_supported(expected_got("(head_dim, head_dim_v)", "one of " + supported,
                                     cat("(", p.head_dim, ", ", p.head_dim_v, ")")));
 }
@@ -467,13 +493,13 @@ Status check_tensors(const FwdParams& p) {
 Status check_lse(const FwdParams& p) {
   if (p.lse == nullptr) return Status::Ok();
   FP8ATTN_RETURN_IF_ERROR(expect_aligned("lse", p.lse, sizeof(float), "float32 elements"));
-  std::vector<Dim> dims{q_rows(p, "lse (its token stride is 1)", 1),
-                        {"lse_head_stride", cat("num_heads_q=", p.num_heads_q, " heads"), p.num_heads_q,
-                         p.lse_head_stride, false}};
-  if (!varlen_q(p))
-    dims.push_back({"lse_batch_stride", cat("batch=", p.batch), p.batch, p.lse_batch_stride, false});
-  for (const Dim& d : dims) FP8ATTN_RETURN_IF_ERROR(expect_at_least(d.stride_name, d.stride, 0));
-  return expect_no_self_overlap("lse", std::move(dims));
+  Dims dims;
+  dims.add(q_rows(p, "lse (its token stride is 1)", "", 1));
+  dims.add({"lse", "_head_stride", "num_heads_q", " heads", p.num_heads_q, p.lse_head_stride, false});
+  if (!varlen_q(p)) dims.add({"lse", "_batch_stride", "batch", "", p.batch, p.lse_batch_stride, false});
+  for (const Dim& d : dims)
+    if (d.stride < 0) return invalid(expected_got(d.stride_name(), ">= 0", cat(d.stride)));
+  return expect_no_self_overlap("lse", dims);
 }
 
 Status check_window(const FwdParams& p) {
@@ -486,25 +512,25 @@ Status check_window(const FwdParams& p) {
   return Status::Ok();
 }
 
-Status check_descale(const std::string& name, const fp8attn_descale& d, const FwdParams& p) {
+Status check_descale(std::string_view name, const fp8attn_descale& d, const FwdParams& p) {
   if (d.ptr == nullptr) return Status::Ok();  // 1.0; the other fields are unused
   FP8ATTN_RETURN_IF_ERROR(expect_dtype(name, d.dtype, {FP8ATTN_DTYPE_F32}));
   FP8ATTN_RETURN_IF_ERROR(expect_aligned(name, d.ptr, sizeof(float), "float32 elements"));
-  const std::string shape = cat("a 0-d tensor or shape (batch=", p.batch, ", num_heads_kv=", p.num_heads_kv, ")");
-  const std::string strides = cat("(", d.batch_stride, ", ", d.head_stride, ")");
+  auto shape = [&] { return cat("a 0-d tensor or shape (batch=", p.batch, ", num_heads_kv=", p.num_heads_kv, ")"); };
+  auto strides = [&] { return cat("(", d.batch_stride, ", ", d.head_stride, ")"); };
   switch (d.ndim) {
     case 0:
       if (d.batch_stride != 0 || d.head_stride != 0)
-        return invalid(expected_got(name, "strides (0, 0) for a 0-d tensor", strides));
+        return invalid(expected_got(name, "strides (0, 0) for a 0-d tensor", strides()));
       return Status::Ok();
     case 2:
       if (d.size[0] != p.batch || d.size[1] != p.num_heads_kv)
-        return invalid(expected_got(name, shape, cat("shape (", d.size[0], ", ", d.size[1], ")")));
+        return invalid(expected_got(name, shape(), cat("shape (", d.size[0], ", ", d.size[1], ")")));
       if (d.batch_stride < 0 || d.head_stride < 0)  // 0 is a broadcast (vLLM's expand()), fine
-        return invalid(expected_got(name, "strides >= 0", strides));
+        return invalid(expected_got(name, "strides >= 0", strides()));
       return Status::Ok();
     default:
-      return invalid(expected_got(name, shape, cat("ndim ", d.ndim)));
+      return invalid(expected_got(name, shape(), cat("ndim ", d.ndim)));
   }
 }
 
@@ -517,7 +543,8 @@ Status check_descales(const FwdParams& p) {
 Status check_sink(const FwdParams& p) {
   if (p.sink == nullptr) return Status::Ok();
   FP8ATTN_RETURN_IF_ERROR(expect_dtype("sink_dtype (s_aux)", p.sink_dtype, {FP8ATTN_DTYPE_F32, FP8ATTN_DTYPE_BF16}));
-  return expect_aligned("sink (s_aux)", p.sink, dtype_bytes(p.sink_dtype), cat(dtype_name(p.sink_dtype), " elements"));
+  return expect_aligned("sink (s_aux)", p.sink, dtype_bytes(p.sink_dtype),
+                        p.sink_dtype == FP8ATTN_DTYPE_F32 ? "float32 elements" : "bfloat16 elements");
 }
 
 Status check_scalars(const FwdParams& p) {
@@ -531,10 +558,9 @@ Status check_scalars(const FwdParams& p) {
   return Status::Ok();
 }
 
-// Last: the size depends on the config chosen for otherwise valid params.
-Status check_workspace(const FwdParams& p, const DeviceInfo& device) {
-  const size_t needed = fwd_workspace_size(p, device);
-  if (needed == 0) return Status::Ok();
+}  // namespace
+
+Status validate_fwd_workspace_size(const FwdParams& p, size_t needed) {
   if (needed > kMaxWorkspaceBytes) {
     // Only an explicit num_splits gets here (see kMaxWorkspaceBytes): name the split count
     // that fits, so the caller can fix the call rather than meet an out-of-memory error at allocation.
@@ -545,6 +571,13 @@ Status check_workspace(const FwdParams& p, const DeviceInfo& device) {
                                     " splits, or 0 for the heuristic)"),
                                 cat(p.num_splits, " (", needed, " bytes of workspace)")));
   }
+  return Status::Ok();
+}
+
+// Last: the size depends on the config planned for otherwise valid params.
+Status validate_fwd_workspace(const FwdParams& p, size_t needed) {
+  if (needed == 0) return Status::Ok();
+  FP8ATTN_RETURN_IF_ERROR(validate_fwd_workspace_size(p, needed));
   if (p.workspace == nullptr) {
     return invalid(expected_got(
         "workspace", cat("a device buffer of >= ", needed, " bytes (split-KV partials, see fwd_workspace_size)"),
@@ -557,9 +590,7 @@ Status check_workspace(const FwdParams& p, const DeviceInfo& device) {
   return expect_aligned("workspace", p.workspace, kTmaAlignBytes, "vectorized fp32 partials");
 }
 
-}  // namespace
-
-Status validate_fwd(const FwdParams& params, const DeviceInfo& device) {
+Status validate_fwd_arguments(const FwdParams& params, const DeviceInfo& device) {
   FP8ATTN_RETURN_IF_ERROR(check_device(device));
   FP8ATTN_RETURN_IF_ERROR(check_unsupported_features(params));
   FP8ATTN_RETURN_IF_ERROR(check_dtypes(params));
@@ -573,8 +604,12 @@ Status validate_fwd(const FwdParams& params, const DeviceInfo& device) {
   FP8ATTN_RETURN_IF_ERROR(check_window(params));
   FP8ATTN_RETURN_IF_ERROR(check_descales(params));
   FP8ATTN_RETURN_IF_ERROR(check_sink(params));
-  FP8ATTN_RETURN_IF_ERROR(check_scalars(params));
-  return check_workspace(params, device);
+  return check_scalars(params);
+}
+
+Status validate_fwd(const FwdParams& params, const DeviceInfo& device) {
+  FP8ATTN_RETURN_IF_ERROR(validate_fwd_arguments(params, device));
+  return validate_fwd_workspace(params, fwd_workspace_size(params, device));
 }
 
 }  // namespace fp8attn

@@ -11,24 +11,12 @@
 #include <cute/tensor.hpp>
 
 #include "sm90/kernel_args.cuh"
+#include "sm90/pack_gqa.cuh"
 #include "sm90/utils.cuh"
 
 namespace fp8attn::sm90 {
 
 using namespace cute;
-
-// Where tile row r of a CTA goes: its query position and q head (PackGQA interleaves q heads along M).
-struct RowTarget {
-  int token;
-  int head_q;
-};
-
-CUTE_DEVICE RowTarget row_target(const FwdArgs& args, int packed_row, int head) {
-  if (!args.pack_gqa) { return {packed_row, head}; }
-  int token, g;
-  args.packed_rows_divmod(token, g, packed_row);
-  return {token, head * args.qheads_per_kvhead + g};  // head is the kv head when packing
-}
 
 template <class Traits>
 struct Epilogue {
@@ -47,10 +35,10 @@ struct Epilogue {
     Tensor tOcO = thr_mma_pv.partition_C(cO);  // (MMA, MMA_M, DV / CHUNK) coordinates of tOrO
     static_assert(decltype(size(tOcO))::value == decltype(size(tOrO))::value, "one coordinate per O value");
 
-    const bool split_partial = args.num_splits > 1;
+    const PackGqa pack(args);
     RowTarget target[2];
     CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) { target[h] = row_target(args, m_block * kBlockM + accumulator_row(mma_thread, h), head); }
+    for (int h = 0; h < 2; ++h) { target[h] = pack.row_target(m_block * kBlockM + accumulator_row(mma_thread, h), head); }
 
     CUTE_UNROLL
     for (int i = 0; i < size(tOrO); i += 2) {
@@ -59,7 +47,7 @@ struct Epilogue {
       const int col = int(get<1>(tOcO(i)));
       const float lo = tOrO(i) * o_scale[h];
       const float hi = tOrO(i + 1) * o_scale[h];
-      if (split_partial) {
+      if (args.split_kv) {
         const int64_t row = seq.partial_row0 + target[h].token;
         float* dst = args.o_partial + ((int64_t(split) * args.partial_rows + row) * args.num_heads_q + target[h].head_q) *
                                           kHeadDimV + col;
@@ -80,7 +68,7 @@ struct Epilogue {
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       if (target[h].token >= seq.seqlen_q) { continue; }
-      if (split_partial) {
+      if (args.split_kv) {
         args.lse_partial[(int64_t(split) * args.num_heads_q + target[h].head_q) * args.partial_rows +
                          seq.partial_row0 + target[h].token] = lse[h];
       } else if (args.lse != nullptr) {

@@ -13,6 +13,7 @@
 #include "sm90/kernel_args.cuh"
 #include "sm90/mainloop_mma.cuh"
 #include "sm90/mask.cuh"
+#include "sm90/pack_gqa.cuh"
 #include "sm90/producer_load.cuh"
 #include "sm90/softmax.cuh"
 #include "sm90/tile_scheduler.cuh"
@@ -84,13 +85,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
 
   const TileCoord tile = SingleTileScheduler::tile(args.num_splits);
   const SeqInfo seq(args, tile.batch);
-  const int group = args.pack_gqa ? args.qheads_per_kvhead : 1;  // tile rows per query position
+  const PackGqa pack(args);
   // The whole CTA agrees, so no barrier is left waiting.
-  if (tile.m_block * kBlockM >= seq.seqlen_q * group) { return; }
+  if (tile.m_block * kBlockM >= pack.tile_rows(seq.seqlen_q)) { return; }
   const Mask<kBlockM, kBlockN> mask(seq, args, tile.m_block);
   const KvBlockRange range = Mask<kBlockM, kBlockN>::split_range(mask.kv_block_range(), tile.split, args.num_splits);
   const bool has_work = range.n_block_max > range.n_block_min;
-  const int kv_head = args.pack_gqa ? tile.head : tile.head / args.qheads_per_kvhead;
+  const int kv_head = pack.kv_head(tile.head);
 
   if (is_producer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
@@ -112,10 +113,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
     // With split-KV the combine kernel adds the sink once; here it would be counted once per split.
     float sink_log2[2] = {-INFINITY, -INFINITY};
-    if (args.sink != nullptr && args.num_splits == 1) {
+    if (args.sink != nullptr && !args.split_kv) {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
-        const int head_q = row_target(args, tile.m_block * kBlockM + accumulator_row(epilogue_thread, h), tile.head).head_q;
+        const int head_q = pack.row_target(tile.m_block * kBlockM + accumulator_row(epilogue_thread, h), tile.head).head_q;
         const float sink = args.sink_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[head_q])
                                              : static_cast<const float*>(args.sink)[head_q];
         sink_log2[h] = sink * kLog2e;

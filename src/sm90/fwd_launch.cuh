@@ -7,8 +7,8 @@
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
 
+#include "common/kernel_config.h"
 #include "fp8attn/params.h"
-#include "host/config.h"
 #include "sm90/fwd_kernel.cuh"
 #include "sm90/kernel_args.cuh"
 #include "sm90/kernel_traits.cuh"
@@ -76,11 +76,11 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
   a.block_table_batch_stride = p.block_table_batch_stride;
   a.page_size = p.page_size;
   a.num_splits = config.num_splits;
-  if (config.num_splits > 1) {
-    // Workspace layout (split_workspace_bytes): o_partial, then lse_partial.
+  a.split_kv = config.split_kv();
+  if (a.split_kv) {
     a.partial_rows = int(config.partial_rows);
     a.o_partial = static_cast<float*>(p.workspace);
-    a.lse_partial = a.o_partial + split_partial_o_floats(config, p.num_heads_q, p.head_dim_v);
+    a.lse_partial = a.o_partial + SplitWorkspace::of(config, p.num_heads_q, p.head_dim_v).o_floats;
   }
   a.out = p.out;
   a.out_is_bf16 = p.out_dtype == FP8ATTN_DTYPE_BF16;

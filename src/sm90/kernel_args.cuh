@@ -19,7 +19,8 @@ struct DescaleArg {
   }
 };
 
-// Derived on the host from fp8attn_fwd_params (src/host/dispatch.cpp); TMA descriptors travel beside it.
+// Derived on the host from fp8attn_fwd_params and the KernelConfig (fwd_launch.cuh: make_fwd_args); TMA
+// descriptors travel beside it.
 struct FwdArgs {
   int batch = 0;
   int seqlen_q = 0;  // dense length, or varlen max_seqlen_q
@@ -28,7 +29,7 @@ struct FwdArgs {
   int num_heads_kv = 0;
   int qheads_per_kvhead = 1;
   // PackGQA: the q heads of one kv head share a CTA, interleaved along M (tile row = token * G + g).
-  // Without it, G = 1 and each CTA serves one q head.
+  // Without it, G = 1 and each CTA serves one q head. The row math is PackGqa's (pack_gqa.cuh).
   bool pack_gqa = false;
   cutlass::FastDivmod packed_rows_divmod;  // divides a packed row by G (G = 1 when not packing)
 
@@ -45,10 +46,12 @@ struct FwdArgs {
   int64_t block_table_batch_stride = 0;
   int page_size = 0;
 
-  // Split-KV: num_splits > 1 writes fp32 partials (O normalised per split, and the split's LSE) to the
-  // workspace for the combine kernel: o_partial [splits, rows, heads_q, dv], lse_partial [splits, heads_q, rows],
-  // rows = total_q (varlen) or batch * seqlen_q (dense).
+  // Split-KV (KernelConfig::split_kv() on the host): write fp32 partials (O normalised per split, and the
+  // split's LSE) to the workspace for the combine kernel: o_partial [splits, rows, heads_q, dv], lse_partial
+  // [splits, heads_q, rows], rows = total_q (varlen) or batch * seqlen_q (dense). num_splits counts the grid's
+  // splits (1 when unsplit); split_kv is the decision.
   int num_splits = 1;
+  bool split_kv = false;
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
   int partial_rows = 0;

@@ -15,7 +15,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "host/kernel_rules.h"
+#include "common/kernel_rules.h"
 
 namespace fp8attn::sm90 {
 

@@ -11,6 +11,7 @@
 #include <cutlass/fast_math.h>
 
 #include "sm90/kernel_args.cuh"
+#include "sm90/pack_gqa.cuh"
 
 namespace fp8attn::sm90 {
 
@@ -24,13 +25,13 @@ struct Mask {
   int seqlen_q, seqlen_k;
   int window_left, window_right;
   int m_block;
-  cutlass::FastDivmod packed_rows;  // tile row -> query position
+  PackGqa pack;  // tile row -> query position
 
   CUTE_DEVICE Mask(const SeqInfo& seq, const FwdArgs& args, int m_block_)
       : seqlen_q(seq.seqlen_q), seqlen_k(seq.seqlen_k), window_left(args.window_left),
-        window_right(args.window_right), m_block(m_block_), packed_rows(args.packed_rows_divmod) {}
+        window_right(args.window_right), m_block(m_block_), pack(args) {}
 
-  CUTE_DEVICE int query_position(int packed_row) const { return packed_rows.divide(packed_row); }
+  CUTE_DEVICE int query_position(int packed_row) const { return pack.query_position(packed_row); }
   // First and last query positions of the tile that exist in the sequence.
   CUTE_DEVICE int first_query() const { return query_position(m_block * kBlockM); }
   CUTE_DEVICE int last_query() const { return min(query_position(m_block * kBlockM + kBlockM - 1), seqlen_q - 1); }
@@ -54,9 +55,8 @@ struct Mask {
   // The share of split `split` of `num_splits`: consecutive runs of blocks whose sizes differ by at most one.
   // num_splits is planned from host-known lengths (max_seqlen_k), the blocks from the real ones: with
   // ceil-sized runs, a 4k-key sequence under a 32k plan left 13 of 29 splits empty; spread this way every split
-  // has a block whenever there are at least as many blocks as splits.
+  // has a block whenever there are at least as many blocks as splits. num_splits = 1 gives the whole range.
   CUTE_DEVICE static KvBlockRange split_range(KvBlockRange all, int split, int num_splits) {
-    if (num_splits <= 1) { return all; }
     const int blocks = max(all.n_block_max - all.n_block_min, 0);
     return {all.n_block_min + int(int64_t(split) * blocks / num_splits),
             all.n_block_min + int(int64_t(split + 1) * blocks / num_splits)};

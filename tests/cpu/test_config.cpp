@@ -3,7 +3,7 @@
 // dereference (doing so would crash this test).
 //
 //   ConfigSweep      every config over a broad sweep of problems obeys the structural rules (declared kernel,
-//                    grid, tiles, CTAs/SM, stages, RS PV, split range, PackGQA/short-decode rules).
+//                    grid, tiles, split range, PackGQA/short-decode rules).
 //   ConfigBlockM     short decode -> 64-row tiles for every head dim, longer -> 128.
 //   ConfigPackGqa    PackGQA for GQA decode, never for MHA; grid_y is kv heads when packing.
 //   ConfigSplit      the num_splits = 0 heuristic, explicit counts, the sliding window.
@@ -24,8 +24,8 @@
 #include "fp8attn/fp8attn.h"
 #include "common/extents.h"
 #include "host/config.h"
-#include "host/dispatch.h"
-#include "host/kernel_rules.h"
+#include "common/kernel_rules.h"
+#include "sm90/launch.h"
 
 namespace {
 
@@ -43,7 +43,6 @@ DeviceInfo device_with_sms(int num_sms) {
   d.cc_major = 9;
   d.cc_minor = 0;
   d.num_sms = num_sms;
-  d.max_smem_per_block = 232448;
   return d;
 }
 
@@ -54,6 +53,9 @@ T* fake(uintptr_t slot, uintptr_t salt = 0) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// CTAs per SM of the config's kernel: a fact of the kernel (common/kernel_rules.h), not of the config.
+int ctas_per_sm(const KernelConfig& k) { return fp8attn::ctas_per_sm_for(k.key.block_m, k.key.head_dim_v); }
 
 // One point of the problem space.
 struct Case {
@@ -81,9 +83,8 @@ std::string describe(const Case& c) {
 
 std::string describe(const KernelConfig& k) {
   std::ostringstream s;
-  s << "{" << k.key.to_string() << " wg=" << k.num_mma_warpgroups << " stages=" << k.stages
-    << " rs_pv=" << k.pv_from_registers << " pack_gqa=" << k.pack_gqa << " splits=" << k.num_splits
-    << " ctas/sm=" << k.ctas_per_sm << " m_blocks=" << k.num_m_blocks << " partial_rows=" << k.partial_rows
+  s << "{" << k.key.to_string() << " pack_gqa=" << k.pack_gqa << " splits=" << k.num_splits
+    << " m_blocks=" << k.num_m_blocks << " partial_rows=" << k.partial_rows
     << " grid=(" << k.grid_x << "," << k.grid_y << "," << k.grid_z << ")}";
   return s.str();
 }
@@ -143,12 +144,8 @@ std::string config_diff(const KernelConfig& a, const KernelConfig& b) {
   FP8ATTN_CMP(key.block_m)
   FP8ATTN_CMP(key.block_n)
   FP8ATTN_CMP(key.two_level)
-  FP8ATTN_CMP(num_mma_warpgroups)
-  FP8ATTN_CMP(stages)
-  FP8ATTN_CMP(pv_from_registers)
   FP8ATTN_CMP(pack_gqa)
   FP8ATTN_CMP(num_splits)
-  FP8ATTN_CMP(ctas_per_sm)
   FP8ATTN_CMP(num_m_blocks)
   FP8ATTN_CMP(partial_rows)
   FP8ATTN_CMP(grid_x)
@@ -170,11 +167,8 @@ std::string problem_diff(const ProblemShape& a, const ProblemShape& b) {
   FP8ATTN_CMP(num_heads_kv)
   FP8ATTN_CMP(head_dim)
   FP8ATTN_CMP(head_dim_v)
-  FP8ATTN_CMP(causal)
   FP8ATTN_CMP(window_left)
   FP8ATTN_CMP(window_right)
-  FP8ATTN_CMP(paged)
-  FP8ATTN_CMP(page_size)
   FP8ATTN_CMP(num_splits_requested)
   FP8ATTN_CMP(num_sms)
 #undef FP8ATTN_CMP
@@ -202,26 +196,18 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   want.num_heads_kv = c.heads_kv;
   want.head_dim = c.d;
   want.head_dim_v = c.dv;
-  want.causal = c.causal;
   want.window_left = c.window_left;
   want.window_right = c.causal ? 0 : c.window_right;
-  want.paged = c.paged;
-  want.page_size = c.paged ? 16 : 0;
   want.num_splits_requested = c.num_splits;
   want.num_sms = c.num_sms;
   const std::string pd = problem_diff(p, want);
   if (!pd.empty()) e << " describe_problem:" << pd << ";";
 
-  if (!fp8attn::is_declared_kernel(k.key)) e << " kernel " << k.key.to_string() << " is not in src/kernels.list;";
+  if (!fp8attn::sm90::is_declared_kernel(k.key)) e << " kernel " << k.key.to_string() << " is not in src/kernels.list;";
   if (k.key.head_dim != c.d || k.key.head_dim_v != c.dv) e << " key head dims differ from the problem's;";
   if (k.key.block_n != fp8attn::block_n_for_head_dim(c.d)) e << " block_n != block_n_for_head_dim(d);";
   if (!k.key.two_level) e << " picked the single-level (test-only) kernel;";
   if (k.key.block_m != 64 && k.key.block_m != 128) e << " block_m not 64 or 128;";
-  if (k.key.block_m != 64 * k.num_mma_warpgroups) e << " block_m != 64 * num_mma_warpgroups;";
-  if (!k.pv_from_registers) e << " pv_from_registers false;";
-  if (k.stages != fp8attn::stages_for(k.key.block_m, k.key.head_dim_v)) e << " stages != stages_for(block_m, dv);";
-  if (k.stages != (k.ctas_per_sm == 2 ? 2 : 3)) e << " stages != (two CTAs/SM ? 2 : 3);";
-  if (k.ctas_per_sm != fp8attn::ctas_per_sm_for(k.key.block_m, c.dv)) e << " ctas_per_sm != ctas_per_sm_for;";
 
   // PackGQA: never without a group; always for GQA decode whose packed rows fit one 64-row tile.
   if (k.pack_gqa && group == 1) e << " pack_gqa with one q head per kv head;";
@@ -251,7 +237,7 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
     if (k.num_splits > kv_blocks) e << " heuristic gave more splits than KV blocks;";
     if (kv_blocks <= 4 && k.num_splits != 1) e << " heuristic split a KV range of <= 4 blocks;";
     const int64_t ctas = int64_t{k.grid_x} * k.grid_y * c.batch;
-    const int64_t slots = int64_t{c.num_sms} * k.ctas_per_sm;
+    const int64_t slots = int64_t{c.num_sms} * ctas_per_sm(k);
     if (c.seqlen_q > 0 && 5 * ctas >= 4 * slots && k.num_splits != 1)
       e << " heuristic split a grid of " << ctas << " CTAs that fills >= 80% of " << slots << " slots;";
   }
@@ -335,7 +321,7 @@ TEST(ConfigSweep, DeclaredKernelsAreTheList) {
     key.head_dim_v = k.dv;
     key.block_m = k.bm;
     key.block_n = k.bn;
-    EXPECT_TRUE(fp8attn::is_declared_kernel(key)) << key.to_string();
+    EXPECT_TRUE(fp8attn::sm90::is_declared_kernel(key)) << key.to_string();
   }
   const K undeclared[] = {{128, 128, 192, 128}, {64, 64, 64, 64}, {256, 256, 64, 128}, {128, 64, 64, 128}, {96, 96, 64, 96}};
   for (const K& k : undeclared) {
@@ -344,7 +330,7 @@ TEST(ConfigSweep, DeclaredKernelsAreTheList) {
     key.head_dim_v = k.dv;
     key.block_m = k.bm;
     key.block_n = k.bn;
-    EXPECT_FALSE(fp8attn::is_declared_kernel(key)) << key.to_string();
+    EXPECT_FALSE(fp8attn::sm90::is_declared_kernel(key)) << key.to_string();
   }
 }
 
@@ -397,9 +383,8 @@ TEST(ConfigBlockM, ShortDecodeUses64RowsForEveryHeadDim) {
       c.seqlen_k = 32768;
       const KernelConfig k = config_of(c);
       EXPECT_EQ(k.key.block_m, 64) << describe(c) << " -> " << describe(k);
-      EXPECT_EQ(k.num_mma_warpgroups, 1) << describe(c);
       EXPECT_EQ(k.num_m_blocks, 1) << describe(c);
-      EXPECT_EQ(k.ctas_per_sm, hd.second <= 128 ? 2 : 1) << describe(c);
+      EXPECT_EQ(ctas_per_sm(k), hd.second <= 128 ? 2 : 1) << describe(c);
     }
 }
 
@@ -420,8 +405,7 @@ TEST(ConfigBlockM, LongerUses128Rows) {
       c.causal = true;
       const KernelConfig k = config_of(c);
       EXPECT_EQ(k.key.block_m, 128) << describe(c) << " -> " << describe(k);
-      EXPECT_EQ(k.num_mma_warpgroups, 2) << describe(c);
-      EXPECT_EQ(k.ctas_per_sm, 1) << describe(c);
+      EXPECT_EQ(ctas_per_sm(k), 1) << describe(c);
     }
 }
 
@@ -517,7 +501,7 @@ TEST(ConfigSplit, HeuristicFillsSmsForSmallGridLongKv) {
     c.causal = true;
     c.num_sms = n_sm;
     const KernelConfig k = config_of(c);
-    const int64_t slots = int64_t{n_sm} * k.ctas_per_sm;
+    const int64_t slots = int64_t{n_sm} * ctas_per_sm(k);
     const int64_t total = int64_t{k.grid_x} * k.grid_y * k.grid_z;
     EXPECT_GE(k.num_splits, 4) << describe(k);
     EXPECT_LE(k.num_splits, kMaxHeuristicSplits) << describe(k);
@@ -846,10 +830,10 @@ TEST(ConfigDecode, TenShapesUse64RowPackedTiles) {
     EXPECT_EQ(k.grid_x, 1u) << s.name;  // direct (head, split, batch) grid
     EXPECT_EQ(k.grid_y, unsigned(s.kv_heads)) << s.name;
     EXPECT_EQ(k.grid_z, unsigned(s.requests * k.num_splits)) << s.name;
-    EXPECT_TRUE(fp8attn::is_declared_kernel(k.key)) << s.name;
+    EXPECT_TRUE(fp8attn::sm90::is_declared_kernel(k.key)) << s.name;
     // Small grids are split to fill the GPU; grids that already fill 80% of its slots are not.
     const int64_t ctas = int64_t{s.kv_heads} * s.requests;
-    const int64_t slots = 132 * int64_t{k.ctas_per_sm};
+    const int64_t slots = 132 * int64_t{ctas_per_sm(k)};
     if (5 * ctas >= 4 * slots) {
       EXPECT_EQ(k.num_splits, 1) << s.name;
     } else {
@@ -859,7 +843,7 @@ TEST(ConfigDecode, TenShapesUse64RowPackedTiles) {
     std::ostringstream grid;
     grid << "(" << k.grid_x << "," << k.grid_y << "," << k.grid_z << ")";
     table << std::left << std::setw(28) << s.name << std::right << std::setw(6) << k.key.block_m << std::setw(5)
-          << k.key.block_n << std::setw(5) << (k.pack_gqa ? "yes" : "no") << std::setw(8) << k.ctas_per_sm
+          << k.key.block_n << std::setw(5) << (k.pack_gqa ? "yes" : "no") << std::setw(8) << ctas_per_sm(k)
           << std::setw(7) << k.num_splits << std::setw(18) << grid.str() << std::setw(7) << total << std::setw(8)
           << std::fixed << std::setprecision(2) << double(total) / double(slots) << std::setw(12)
           << fp8attn::split_workspace_bytes(p, k) << "\n";

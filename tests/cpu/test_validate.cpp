@@ -39,7 +39,6 @@ DeviceInfo h200() {
   d.cc_major = 9;
   d.cc_minor = 0;
   d.num_sms = 132;
-  d.max_smem_per_block = 232448;
   return d;
 }
 

@@ -676,7 +676,8 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
   if (no_query_rows) device_params_.q = device_params_.out = device_params_.lse = nullptr;
   if (no_key_rows) device_params_.k = device_params_.v = nullptr;
 
-  buf.workspace_bytes = fp8attn::fwd_workspace_size(device_params_);
+  // A call that does not plan (the invalid-argument tests) gets no workspace; its fwd() reports the error.
+  if (!fp8attn::fwd_workspace_size(device_params_, &buf.workspace_bytes).ok()) { buf.workspace_bytes = 0; }
   if (buf.workspace_bytes > 0) {
     check_cuda(cudaMalloc(&buf.workspace, buf.workspace_bytes), "cudaMalloc workspace");
     device_params_.workspace = buf.workspace;

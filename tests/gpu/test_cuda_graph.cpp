@@ -336,7 +336,10 @@ TEST_P(CudaGraphDecode, ReplaysMatchReferenceAfterInputRewrites) {
   for (int num_splits : {0, 3}) {
     auto call = std::make_unique<CapturedCall>();
     call->params = graph_params(problem->params(), shape, buffers, num_splits);
-    call->workspace = DeviceBuffer(fp8attn::fwd_workspace_size(call->params));
+    size_t workspace_bytes = 0;
+    const fp8attn::Status planned = fp8attn::fwd_workspace_size(call->params, &workspace_bytes);
+    ASSERT_TRUE(planned.ok()) << planned.message();
+    call->workspace = DeviceBuffer(workspace_bytes);
     call->params.workspace = call->workspace.get();
     call->params.workspace_bytes = call->workspace.bytes();
     const std::string splits = splits_from_workspace(call->workspace.bytes(), shape);

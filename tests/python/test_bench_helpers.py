@@ -56,3 +56,12 @@ def test_table_and_geomean() -> None:
     text = bench_common.format_table(["a", "bb"], [[1, 2.34567], [None, "x"]])
     assert text.splitlines() == ["a     bb", "-  -----", "1  2.346", "-      x"]
     assert bench_common.geomean([2.0, 8.0]) == pytest.approx(4.0)
+
+
+def test_host_overhead_row_has_the_issue_schema() -> None:
+    import bench_host
+
+    row = bench_host.result_row("s", 12.3456, 8.0, 20.004, None)
+    assert {"name", "eager_us", "gpu_us", "fa3_eager_us"} <= set(row)
+    assert (row["eager_us"], row["gpu_us"], row["fa3_eager_us"]) == (12.35, 20.0, None)
+    assert bench_host.result_row("s", 1, 1, 1, 74.444)["fa3_eager_us"] == 74.44

@@ -1,0 +1,171 @@
+"""Host overhead of one eager call: fp8attn (and FA3 when ``flash_attn_interface`` imports) on the ten decode
+steps of decode_shapes.json and one prefill call.
+
+Where attention runs eagerly (prefill, piecewise CUDA graphs) every microsecond the host spends per call is
+paid per layer and step. For each shape:
+
+  eager_us      host time of one ``fp8attn.flash_attn_varlen_func`` call, vLLM's arguments, median over
+                calls timed one by one with time.perf_counter_ns. Calls run back to back without waiting for
+                the GPU (the stream is synchronized every --sync-every calls, outside the timing, so the
+                launch queue never fills): the time is the host's alone.
+  op_us         the same for ``torch.ops.fp8attn.fwd.default`` called directly (the op without the Python
+                wrapper's argument handling).
+  gpu_us        the call's GPU time: one call captured in a CUDA graph, median replay (warm L2).
+  fa3_eager_us  eager_us of FA3's ``flash_attn_with_kvcache`` (decode) / ``flash_attn_varlen_func`` (prefill)
+                on the same FP8 tensors, or null when FA3 does not import or fails.
+
+    python bench/bench_host.py [--calls 2000] [--shapes llama3.1-8b-tp1-1x1-4k ...]
+
+Writes bench/results/host_overhead.json ({"shapes": [{"name", "eager_us", "gpu_us", "fa3_eager_us", ...}]})
+and prints a table. ``backend`` records which torch op served the calls ("compiled": the C++ stable-ABI op;
+"ctypes": the Python fallback, see fp8attn.ops); FP8ATTN_TORCH_OP=ctypes measures the fallback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+import bench_common as bc
+import bench_decode as bd
+import fp8attn
+from fp8attn import _args, ops
+
+E4M3 = torch.float8_e4m3fn
+# One vLLM-style prefill: 4 requests of 2048 new tokens each, llama3.1-8b heads (32:8, d128), causal.
+PREFILL = {"name": "prefill-llama3.1-8b-4x2048", "q_heads": 32, "kv_heads": 8, "d": 128, "requests": 4,
+           "tokens": 2048}
+
+
+def host_us(fn: Callable[[], Any], calls: int, sync_every: int, warmup: int = 50) -> float:
+    """Median host microseconds of fn(), each call timed alone; the GPU is waited for only between groups of
+    ``sync_every`` calls, outside the timing."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for i in range(calls):
+        start = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - start)
+        if (i + 1) % sync_every == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return statistics.median(times) / 1e3
+
+
+def gpu_us(fn: Callable[[], Any], iters: int = 50) -> float:
+    """GPU microseconds of one fn(), from a captured graph's replays (no host time in it)."""
+    return bc.time_graph(bc.capture_graph(fn), iters=iters) * 1e3
+
+
+def result_row(name: str, eager: float, op: float, gpu: float, fa3: Optional[float]) -> dict[str, Any]:
+    return {"name": name, "eager_us": round(eager, 2), "op_us": round(op, 2), "gpu_us": round(gpu, 2),
+            "fa3_eager_us": None if fa3 is None else round(fa3, 2)}
+
+
+def decode_calls(shape: dict[str, Any], device: torch.device) -> tuple[Callable, Callable, Optional[Callable]]:
+    """(wrapper call, direct op call, FA3 call or None) for one decode shape of decode_shapes.json."""
+    layer = bd.make_layer(shape, device)
+    requests, q_tokens = shape["requests"], shape["q_tokens"]
+    cu_q = torch.arange(0, requests * q_tokens + 1, q_tokens, dtype=torch.int32, device=device)
+    used = torch.full((requests,), shape["context"], dtype=torch.int32, device=device)
+    qs, ks, vs = layer.descales
+    window = bd.window_arg(shape)
+    window_left, window_right = _args.normalize_window(window, True)
+    scale = shape["d"] ** -0.5
+
+    def wrapper() -> Any:
+        return fp8attn.flash_attn_varlen_func(
+            q=layer.q, k=layer.k, v=layer.v, out=layer.out, cu_seqlens_q=cu_q, max_seqlen_q=q_tokens, seqused_k=used,
+            max_seqlen_k=bd.MAX_SEQLEN_K, softmax_scale=scale, causal=True, window_size=window,
+            block_table=layer.block_table, softcap=0.0, q_descale=qs, k_descale=ks, v_descale=vs, num_splits=0)
+
+    op_args = (layer.q, layer.k, layer.v, layer.out, None, cu_q, None, used, layer.block_table, qs, ks, vs, None,
+               q_tokens, bd.MAX_SEQLEN_K, scale, True, window_left, window_right, 0)
+    fa3 = None
+    if bc.importable("flash_attn_interface"):
+        fa3 = bd.fa3_fp8(shape, [layer])[0]
+    return wrapper, (lambda: ops.FWD(*op_args)), fa3
+
+
+def prefill_calls(device: torch.device) -> tuple[Callable, Callable, Optional[Callable]]:
+    """The same three calls for the PREFILL varlen call (k/v packed like q: cu_seqlens_k)."""
+    s = PREFILL
+    total = s["requests"] * s["tokens"]
+    q = torch.randn(total, s["q_heads"], s["d"], device=device).to(E4M3)
+    k = torch.randn(total, s["kv_heads"], s["d"], device=device).to(E4M3)
+    v = torch.randn(total, s["kv_heads"], s["d"], device=device).to(E4M3)
+    out = torch.empty(total, s["q_heads"], s["d"], dtype=torch.bfloat16, device=device)
+    cu = torch.arange(0, total + 1, s["tokens"], dtype=torch.int32, device=device)
+    scale = s["d"] ** -0.5
+    descale = torch.ones(1, device=device).expand(s["requests"], s["kv_heads"])
+
+    def wrapper() -> Any:
+        return fp8attn.flash_attn_varlen_func(
+            q=q, k=k, v=v, out=out, cu_seqlens_q=cu, max_seqlen_q=s["tokens"], cu_seqlens_k=cu,
+            max_seqlen_k=s["tokens"], softmax_scale=scale, causal=True, q_descale=descale, k_descale=descale,
+            v_descale=descale)
+
+    op_args = (q, k, v, out, None, cu, cu, None, None, descale, descale, descale, None, s["tokens"], s["tokens"],
+               scale, True, -1, 0, 0)
+    fa3 = None
+    if bc.importable("flash_attn_interface"):
+        import flash_attn_interface as fa
+
+        fa_descale = descale.contiguous()
+        fa3 = lambda: fa.flash_attn_varlen_func(  # noqa: E731
+            q, k, v, cu, cu, s["tokens"], s["tokens"], softmax_scale=scale, causal=True, q_descale=fa_descale,
+            k_descale=fa_descale, v_descale=fa_descale)
+    return wrapper, (lambda: ops.FWD(*op_args)), fa3
+
+
+def measure(name: str, calls: tuple[Callable, Callable, Optional[Callable]], args: argparse.Namespace) -> dict:
+    wrapper, op, fa3 = calls
+    eager = host_us(wrapper, args.calls, args.sync_every)
+    direct = host_us(op, args.calls, args.sync_every)
+    gpu = gpu_us(wrapper)
+    fa3_us = bc.try_peer("fa3", lambda: host_us(fa3, args.calls, args.sync_every)) if fa3 else None
+    row = result_row(name, eager, direct, gpu, fa3_us)
+    print(f"{name}: eager {row['eager_us']} us (op alone {row['op_us']}), GPU {row['gpu_us']} us, "
+          f"FA3 eager {row['fa3_eager_us']}")
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000, help="timed calls per shape and implementation")
+    parser.add_argument("--sync-every", type=int, default=100, help="calls between stream synchronizations")
+    parser.add_argument("--shapes", nargs="+", help="only these decode shape names (the prefill call always runs)")
+    parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
+    args = parser.parse_args()
+
+    spec = json.loads(bd.shapes_path().read_text())
+    shapes = [s for s in spec["shapes"] if not args.shapes or s["name"] in args.shapes]
+    device = bc.require_device()
+    print(f"torch op backend: {ops.BACKEND}" + (f" ({ops.FALLBACK_REASON})" if ops.FALLBACK_REASON else ""))
+
+    rows = []
+    for shape in shapes:
+        rows.append(measure(shape["name"], decode_calls(shape, device), args))
+        torch.cuda.empty_cache()
+    rows.append(measure(PREFILL["name"], prefill_calls(device), args))
+
+    meta = bc.run_metadata()
+    bc.write_json(args.out_dir / "host_overhead.json", {
+        "about": "Host microseconds per eager call (median of calls timed one by one, GPU never waited for inside "
+                 "the timing), GPU microseconds per call (graph replay), FA3's eager host microseconds; "
+                 "bench/bench_host.py.",
+        "backend": ops.BACKEND, "calls": args.calls, "shapes": rows, "meta": meta})
+    print(bc.format_table(["shape", "eager us", "op us", "GPU us", "FA3 eager us"],
+                          [[r["name"], r["eager_us"], r["op_us"], r["gpu_us"], r["fa3_eager_us"]] for r in rows]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The two implementations of ``fp8attn::fwd`` (fp8attn.ops): the compiled C++ op on torch's stable ABI
+(libfp8attn_torch.so) and the ctypes fallback. One schema; the compiled op is used when it is built, and the
+fallback is reported, never silent; the compiled op's errors are the ctypes op's exception types; on a GPU the
+compiled op rejects what the ctypes op's fill_params rejects, with the same words."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fp8attn  # noqa: E402
+from fp8attn import _lib, ops  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _op_library() -> Path:
+    try:
+        return _lib.get_lib().path.parent / "libfp8attn_torch.so"
+    except _lib.LibraryNotFoundError as err:
+        pytest.skip(str(err))
+
+
+def _normalized(schema: str) -> str:
+    """A schema's argument list with alias-set names and SymInt/int spelled one way."""
+    schema = schema[schema.index("("):]
+    schema = re.sub(r"\(\w+!\)", "(!)", schema)
+    return schema.replace("SymInt", "int")
+
+
+def test_compiled_op_serves_when_built() -> None:
+    if not _op_library().is_file():
+        pytest.skip(f"{_op_library()} is not built (configure with FP8ATTN_TORCH_PYTHON, see cmake/torch_op.cmake)")
+    if os.environ.get("FP8ATTN_TORCH_OP", "").lower() == "ctypes":
+        pytest.skip("FP8ATTN_TORCH_OP=ctypes forces the fallback")
+    assert ops.BACKEND == "compiled", ops.FALLBACK_REASON
+    assert ops.FALLBACK_REASON is None
+
+
+def test_one_schema_for_both_implementations() -> None:
+    signature = inspect.signature(ops.fill_params)
+    python_params = list(signature.parameters.values())[1:]
+
+    def op_signature(*args: Any) -> None: ...
+
+    op_signature.__signature__ = signature.replace(parameters=python_params)  # type: ignore[attr-defined]
+    inferred = torch.library.infer_schema(op_signature, mutates_args=("out", "lse"))
+    assert _normalized(str(ops.FWD._schema)) == _normalized(inferred)
+
+
+def _import_ops_in_subprocess(env: dict[str, str]) -> subprocess.CompletedProcess:
+    code = ("import warnings; warnings.simplefilter('always'); import fp8attn.ops as o; "
+            "print('BACKEND', o.BACKEND); print('REASON', o.FALLBACK_REASON)")
+    full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "python"), **env}
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=300)
+
+
+def test_fallback_is_reported(tmp_path: Path) -> None:
+    # A libfp8attn.so without its op library beside it: the ctypes op serves, with a warning naming why.
+    _op_library()  # skips without libfp8attn.so
+    lone = tmp_path / "libfp8attn.so"
+    shutil.copy(_lib.get_lib().path, lone)
+    run = _import_ops_in_subprocess({"FP8ATTN_LIB": str(lone), "FP8ATTN_TORCH_OP": ""})
+    assert run.returncode == 0, run.stderr
+    assert "BACKEND ctypes" in run.stdout
+    assert "libfp8attn_torch.so" in run.stdout and "is not built" in run.stdout
+    assert "using the ctypes torch op" in run.stderr
+
+
+def test_ctypes_can_be_forced_without_a_warning() -> None:
+    _op_library()
+    run = _import_ops_in_subprocess({"FP8ATTN_TORCH_OP": "ctypes"})
+    assert run.returncode == 0, run.stderr
+    assert "BACKEND ctypes" in run.stdout and "FP8ATTN_TORCH_OP=ctypes" in run.stdout
+    assert "using the ctypes torch op" not in run.stderr
+
+
+class _FakeOpLibrary:
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def fp8attn_torch_last_error_code(self) -> int:
+        return self.code
+
+
+@pytest.mark.parametrize("code,exc", [
+    (_lib.STATUS_NOT_SUPPORTED, NotImplementedError),
+    (_lib.STATUS_NOT_COMPILED, _lib.KernelNotCompiledError),
+    (_lib.STATUS_CUDA_ERROR, RuntimeError),
+])
+def test_compiled_op_errors_take_the_ctypes_exception_types(monkeypatch: pytest.MonkeyPatch, code: int,
+                                                            exc: type) -> None:
+    monkeypatch.setattr(ops, "_op_lib", _FakeOpLibrary(code))
+    with pytest.raises(exc, match="fp8attn: head_dim") as info:
+        ops.reraise(RuntimeError("fp8attn: head_dim stub"))
+    assert type(info.value) is exc
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):  # not the op's own error: unchanged
+        ops.reraise(RuntimeError("CUDA out of memory"))
+
+
+# ---- on a GPU: the compiled op's own checks -------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_op_rejects_what_fill_params_rejects_with_the_same_words() -> None:
+    import test_ops_meta as meta  # the same vLLM decode call and bad variants, here on the GPU
+
+    def bad_cases() -> list[tuple[dict[str, Any], str]]:
+        base = meta.vllm_decode_args("cuda")
+        E4M3 = torch.float8_e4m3fn
+        B, T, HQ, HKV, D, PAGE, NB = meta.B, meta.T, meta.HQ, meta.HKV, meta.D, meta.PAGE, meta.NUM_BLOCKS
+
+        def with_(**changes: Any) -> dict[str, Any]:
+            return {**base, **changes}
+
+        return [
+            (with_(k=torch.empty(NB, PAGE, HKV, D, 2, dtype=E4M3, device="cuda")[..., 0]), "last dimension"),
+            (with_(q=torch.empty(T, HQ, D, dtype=torch.float8_e4m3fnuz, device="cuda")), "does not take"),
+            (with_(q=torch.empty(B, 1, HQ, D, dtype=E4M3, device="cuda")), r"q must be \[total_q"),
+            (with_(cu_seqlens_q=torch.empty(B + 1, dtype=torch.int64, device="cuda")), "cu_seqlens_q"),
+            (with_(seqused_k=torch.empty(B, 2, dtype=torch.int32, device="cuda")[:, 0]), "seqused_k"),
+            (with_(block_table=torch.empty(B, 8, dtype=torch.int64, device="cuda")), "block_table"),
+            (with_(out=torch.empty(T, HQ, D, dtype=torch.float32, device="cuda")), "float16 or bfloat16"),
+            (with_(out=torch.empty(T, HQ, 64, dtype=torch.bfloat16, device="cuda")), "out must have shape"),
+            (with_(k_descale=torch.empty(B, HKV, 2, device="cuda")), "k_descale"),
+            (with_(s_aux=torch.empty(HQ, 2, device="cuda")[:, 0]), "s_aux"),
+            (with_(seqused_k=torch.empty(B, dtype=torch.int32)), "is on cpu"),
+        ]
+
+    for args, match in bad_cases():
+        with pytest.raises(ValueError, match=match):
+            ops.FWD(*meta.op_args(args))
+    base = meta.vllm_decode_args("cuda")
+    with pytest.raises(ValueError, match="lse must have shape"):
+        ops.FWD(*meta.op_args(base, torch.empty(meta.T, meta.HQ, device="cuda")))
+
+
+@pytest.mark.gpu
+def test_unsupported_head_dim_is_not_implemented() -> None:
+    q = torch.zeros(1, 16, 4, 80, device="cuda").to(torch.float8_e4m3fn)
+    with pytest.raises(NotImplementedError, match="head_dim"):
+        fp8attn.flash_attn_func(q, q, q)
+
+
+@pytest.mark.gpu
+def test_kernel_missing_from_the_build_is_kernel_not_compiled() -> None:
+    compiled = {tuple(int(w.split("=")[1]) for w in line.split()[:2]) for line in fp8attn.compiled_kernels()}
+    missing = [(d, dv) for d, dv in ((64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128))
+               if (d, dv) not in compiled]
+    if not missing:
+        pytest.skip("every head dim is compiled into this build")
+    d, dv = missing[0]
+    q = torch.zeros(1, 16, 4, d, device="cuda").to(torch.float8_e4m3fn)
+    v = torch.zeros(1, 16, 4, dv, device="cuda").to(torch.float8_e4m3fn)
+    with pytest.raises(fp8attn.KernelNotCompiledError, match="FP8ATTN_HEAD_DIMS"):
+        fp8attn.flash_attn_func(q, q, v)
