@@ -1,4 +1,4 @@
-// fp8attn GPU tests: the forward pass against the CPU references (SPEC §3), dense and varlen.
+// fp8attn GPU tests: the forward pass against the CPU references (docs/accuracy.md), dense and varlen.
 //
 // The full cross product of the matrix (head dims x masks x head layouts x length pairs x
 // dense/varlen x descale forms x sink x output dtype) is ~26,000 calls, far beyond the time a GPU run

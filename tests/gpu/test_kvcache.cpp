@@ -1,5 +1,5 @@
-// fp8attn GPU tests: the KV-cache (vLLM serving) matrix against the CPU references (SPEC §1 Paged K/V,
-// SplitKV, Decode launches; §2 vLLM's call; §3 accuracy).
+// fp8attn GPU tests: the KV-cache (vLLM serving) matrix against the CPU references (paged K/V,
+// SplitKV, decode launches, vLLM's call; accuracy by docs/accuracy.md).
 //
 // The factors, crossed in full, are ~10^6 calls; the CPU side (seeded E4M3 inputs, one value at a
 // time, and the fp64 reference) is the budget. KvCacheMatrix crosses the factors that pick the load path,

@@ -1,4 +1,4 @@
-"""End-to-end tests of the Python API on an SM90 GPU against tests/python/reference.py (SPEC §3).
+"""End-to-end tests of the Python API on an SM90 GPU against tests/python/reference.py (docs/accuracy.md).
 
 Every call gets fresh seeded data, a NaN-poisoned ``out`` (and, for vLLM-style calls, an out that is a
 slice of a larger NaN buffer, to catch writes past the end), and, for paged K/V, a shuffled block table
