@@ -6,7 +6,7 @@
 //   kEmulation the GPU kernel's own precision (fp32 scores, P rounded to E4M3 with the 2^8 offset, fp32 sums).
 // The difference between the two is the error the FP8 kernel cannot avoid; the GPU tests hold the kernel to
 //   max|out - exact| <= 2 * max|emulation - exact| + 2 ulp(bf16).
-// Only the public reference API (fp8attn/reference.h, fp8attn/params.h) is used; no GPU is needed.
+// It uses the CPU reference (src/reference/reference.h, an internal library) and fp8attn/params.h; no GPU is needed.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "fp8attn/params.h"
-#include "fp8attn/reference.h"
+#include "reference/reference.h"
 
 namespace {
 

@@ -8,11 +8,16 @@
 
 #include <stddef.h>
 
+#include "fp8attn/export.h"
 #include "fp8attn/params.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The C ABI these declarations describe: bumped whenever a function signature, params.h's structs or an
+ * enum's numbering changes incompatibly. A binding compares it with fp8attn_abi_version() at load. */
+#define FP8ATTN_ABI_VERSION 1
 
 typedef enum fp8attn_status_code {
   FP8ATTN_OK = 0,
@@ -23,16 +28,22 @@ typedef enum fp8attn_status_code {
 } fp8attn_status_code;
 
 /* Defaults: everything NULL/0, window (-1, -1), softmax_scale 0 (must be set), num_splits 0 (heuristic). */
-void fp8attn_fwd_params_init(fp8attn_fwd_params* params);
+FP8ATTN_API void fp8attn_fwd_params_init(fp8attn_fwd_params* params);
 /* sizeof(fp8attn_fwd_params) in this build, so bindings can check their mirror of the struct. */
-size_t fp8attn_fwd_params_size(void);
+FP8ATTN_API size_t fp8attn_fwd_params_size(void);
 
-int fp8attn_fwd_workspace_size(const fp8attn_fwd_params* params, size_t* bytes, char* err_buf, size_t err_len);
+FP8ATTN_API int fp8attn_fwd_workspace_size(const fp8attn_fwd_params* params, size_t* bytes, char* err_buf,
+                                           size_t err_len);
 /* stream: a cudaStream_t (NULL = the legacy default stream). */
-int fp8attn_fwd(const fp8attn_fwd_params* params, void* stream, char* err_buf, size_t err_len);
+FP8ATTN_API int fp8attn_fwd(const fp8attn_fwd_params* params, void* stream, char* err_buf, size_t err_len);
 
 /* The compiled kernels, one per line "d=128 dv=128 block_m=128 block_n=128 ...", for diagnostics. */
-const char* fp8attn_compiled_kernels(void);
+FP8ATTN_API const char* fp8attn_compiled_kernels(void);
+
+/* The library's version, "MAJOR.MINOR.PATCH" (CMake's project VERSION, as Python's fp8attn.__version__). */
+FP8ATTN_API const char* fp8attn_version(void);
+/* The C ABI the library implements: equal to FP8ATTN_ABI_VERSION of the headers it was built from. */
+FP8ATTN_API int fp8attn_abi_version(void);
 
 #ifdef __cplusplus
 }  /* extern "C" */

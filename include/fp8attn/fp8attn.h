@@ -14,6 +14,7 @@
 #include <cstddef>
 
 #include "fp8attn/c_api.h"
+#include "fp8attn/export.h"
 #include "fp8attn/params.h"
 #include "fp8attn/status.h"
 
@@ -30,16 +31,16 @@ struct DeviceInfo {
 };
 
 // Queries the current CUDA device (cached per device).
-Status query_device(DeviceInfo* info);
+FP8ATTN_API Status query_device(DeviceInfo* info);
 
 // Checks every argument; the message names the first bad one and what was expected.
-Status validate_fwd(const FwdParams& params, const DeviceInfo& device);
+FP8ATTN_API Status validate_fwd(const FwdParams& params, const DeviceInfo& device);
 
 // Bytes of device workspace fwd() needs for these params (split-KV partials), 0 if none.
-size_t fwd_workspace_size(const FwdParams& params, const DeviceInfo& device);
-size_t fwd_workspace_size(const FwdParams& params);  // on the current device
+FP8ATTN_API size_t fwd_workspace_size(const FwdParams& params, const DeviceInfo& device);
+FP8ATTN_API size_t fwd_workspace_size(const FwdParams& params);  // on the current device
 
 // Validate, select a config, launch on `stream`.
-Status fwd(const FwdParams& params, cudaStream_t stream);
+FP8ATTN_API Status fwd(const FwdParams& params, cudaStream_t stream);
 
 }  // namespace fp8attn

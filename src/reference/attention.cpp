@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "fp8attn/reference.h"
+#include "reference/reference.h"
 
 namespace fp8attn {
 namespace ref {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "fp8attn/fp8attn.h"
-#include "fp8attn/reference.h"
+#include "reference/reference.h"
 
 namespace fp8attn_test {
 
