@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fp8attn/fp8attn.h"
+#include "host/head_dims.h"
 
 #define FP8ATTN_RETURN_IF_ERROR(expr)   \
   do {                                  \
@@ -31,7 +32,6 @@ constexpr int kMaxSplits = 256;
 constexpr int kPageSizeMultiple = 16;     // vLLM's block_size rule; also the FP8 TMA box granularity
 constexpr int64_t kTmaAlignBytes = 16;    // TMA: global base address and every stride 16-byte aligned
 constexpr int64_t kTmaMaxStrideBytes = int64_t{1} << 40;  // TMA: strides below 2^40 bytes
-constexpr std::pair<int, int> kHeadDims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}, {192, 128}};
 
 template <typename... Args>
 std::string cat(const Args&... args) {
@@ -269,7 +269,7 @@ Status check_dtypes(const FwdParams& p) {
 
 Status check_head_dims(const FwdParams& p) {
   std::string supported;
-  for (const auto& [d, dv] : kHeadDims) {
+  for (const auto& [d, dv] : kSupportedHeadDims) {
     if (p.head_dim == d && p.head_dim_v == dv) return Status::Ok();
     supported += cat(supported.empty() ? "" : ", ", "(", d, ", ", dv, ")");
   }
