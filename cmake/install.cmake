@@ -1,11 +1,22 @@
-# Installation of libfp8attn.so:
+# Installation of libfp8attn.so, two ways:
 #
 #   cmake --install build --prefix PREFIX     the C/C++ package: PREFIX/lib/libfp8attn.so, the public headers
 #                                             in PREFIX/include/fp8attn/, and the CMake package in
 #                                             PREFIX/lib/cmake/fp8attn/ (find_package(fp8attn) -> fp8attn::fp8attn).
 #                                             The build tree exports the same targets (export() below), so
 #                                             -Dfp8attn_DIR=<build> works without installing.
+#   pip install .  (SKBUILD)                  the wheel: libfp8attn.so and src/kernels.list inside the Python
+#                                             package, next to its modules (python/fp8attn/_lib.py finds it).
 include(CMakePackageConfigHelpers)
+
+if(SKBUILD)
+  install(TARGETS fp8attn LIBRARY DESTINATION fp8attn)
+  install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels.list DESTINATION fp8attn)
+  configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/_build_info.py.in
+                 ${CMAKE_CURRENT_BINARY_DIR}/_build_info.py @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/_build_info.py DESTINATION fp8attn)
+  return()
+endif()
 
 set(FP8ATTN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/fp8attn)
 
