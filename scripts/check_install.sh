@@ -16,6 +16,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$FP8ATTN_ROOT"
 
 fp8attn_setup_system build
+fp8attn_log "checkout $(git -C "$FP8ATTN_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')," \
+            "$(nproc) cores, $(nvcc --version | tail -n 1)"
 start=$SECONDS
 work="${FP8ATTN_CHECK_DIR:-}"
 if [ -z "$work" ]; then
@@ -51,6 +53,8 @@ lib = fp8attn.get_lib()
 print(f"fp8attn {fp8attn.__version__} from {package_dir}")
 print(f"library: {lib.path} (version {lib.version()})")
 print(f"supported head dims: {sorted(fp8attn.SUPPORTED_HEAD_SIZES)}")
+print("installed package:", ", ".join(f"{p.name} ({p.stat().st_size} B)" for p in sorted(package_dir.iterdir())
+                                      if p.is_file()))
 assert venv in package_dir.parents, f"fp8attn was imported from {package_dir}, not from the venv {venv}"
 assert Path(lib.path).resolve().parent == package_dir, f"loaded {lib.path}, not the package's own copy"
 assert lib.version() == fp8attn.__version__, (lib.version(), fp8attn.__version__)
