@@ -16,8 +16,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$FP8ATTN_ROOT"
 
 fp8attn_setup_system build
-fp8attn_log "checkout $(git -C "$FP8ATTN_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')," \
-            "$(nproc) cores, $(nvcc --version | tail -n 1)"
+commit="$(git -C "$FP8ATTN_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+fp8attn_log "checkout $commit, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(nvcc --version | tail -n 1)"
 start=$SECONDS
 work="${FP8ATTN_CHECK_DIR:-}"
 if [ -z "$work" ]; then
