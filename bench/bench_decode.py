@@ -1,4 +1,4 @@
-"""Decode latency of fp8attn on the design's ten vLLM decode steps (SPEC §4, decode_shapes.json).
+"""Decode latency of fp8attn on the design's ten vLLM decode steps (docs/targets.md, decode_shapes.json).
 
 Each shape is replayed as its "about" says: FP8 q [requests * q_tokens, Hq, d]; paged KV with 16-token
 pages in one cache tensor [2, num_blocks, 16, Hkv, d] unbound into k/v views, block tables shuffled;

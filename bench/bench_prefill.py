@@ -1,4 +1,4 @@
-"""Prefill throughput of fp8attn (SPEC §4) against torch SDPA bf16 and, where importable, FA3/FA4/FlashInfer.
+"""Prefill throughput of fp8attn (docs/targets.md) against torch SDPA bf16 and, where importable, FA3/FA4/FlashInfer.
 
 Shapes as in FlashAttention-3's benchmark: 16k tokens in total (batch = 16384 / seqlen), heads = 2048 / d
 (MHA), causal and not, seqlen 1k-16k, d 64/128/256. TFLOP/s = 4 * sq * sk * d * heads * batch / time,

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "fp8attn/fp8attn.h"
-#include "fp8attn/reference.h"
 #include "host/api_internal.h"
 #include "host/config.h"
+#include "reference/reference.h"
 
 namespace {
 

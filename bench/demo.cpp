@@ -2,11 +2,11 @@
 //
 // It builds random Q, K, V, quantizes them to E4M3 with per-tensor (Q) and per-(batch, kv head) (K, V)
 // scales, passes the scales as descales, and runs fp8attn::ref::attention twice:
-//   kExact     fp64 attention on the FP8-decoded inputs (the SPEC §3 reference),
+//   kExact     fp64 attention on the FP8-decoded inputs (the reference of docs/accuracy.md),
 //   kEmulation the GPU kernel's own precision (fp32 scores, P rounded to E4M3 with the 2^8 offset, fp32 sums).
 // The difference between the two is the error the FP8 kernel cannot avoid; the GPU tests hold the kernel to
 //   max|out - exact| <= 2 * max|emulation - exact| + 2 ulp(bf16).
-// Only the public reference API (fp8attn/reference.h, fp8attn/params.h) is used; no GPU is needed.
+// It uses the CPU reference (src/reference/reference.h, an internal library) and fp8attn/params.h; no GPU is needed.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "fp8attn/params.h"
-#include "fp8attn/reference.h"
+#include "reference/reference.h"
 
 namespace {
 
@@ -73,7 +73,7 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
 
   // Dense layouts: q [B, SQ, HQ, D], k/v [B, SK, HKV, D]. V has mean 0.5, the case where FP8 PV
-  // accumulation without the two-level scheme loses accuracy (SPEC §1).
+  // accumulation without the two-level scheme loses accuracy (docs/accuracy.md).
   std::vector<float> q(static_cast<size_t>(B) * SQ * HQ * D), k(static_cast<size_t>(B) * SK * HKV * D), v(k.size());
   for (float& x : q) x = normal(rng);
   for (float& x : k) x = normal(rng);

@@ -50,7 +50,10 @@ if(NOT FP8ATTN_TORCH_OP STREQUAL "OFF")
       # (By name and -L, not by path or link directory: those would put this machine's torch into the RPATH.)
       target_link_options(fp8attn_torch PRIVATE "-L${_torch_dir}/lib")
       target_link_libraries(fp8attn_torch PRIVATE fp8attn torch_cpu torch_cuda)
-      set_target_properties(fp8attn_torch PROPERTIES CXX_VISIBILITY_PRESET hidden)
+      # Hidden visibility: it exports only fp8attn_torch_last_error_code (the op registers itself at load).
+      # Installed (pip install ., cmake/install.cmake) next to libfp8attn.so, which $ORIGIN finds.
+      set_target_properties(fp8attn_torch PROPERTIES CXX_VISIBILITY_PRESET hidden
+                                                     INSTALL_RPATH "$ORIGIN")
       message(STATUS "fp8attn: building libfp8attn_torch.so against torch ${_torch_version} (${_torch_dir})")
     endif()
   endif()

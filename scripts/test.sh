@@ -3,7 +3,8 @@
 #
 # Sets everything up on a fresh Debian machine (apt: cmake, g++, GoogleTest/GoogleMock, pip, when missing;
 # pip: requirements-dev.txt, when pytest/numpy are missing), builds into build/ (Release), then runs
-#   1. ctest -L cpu     the C++ CPU tests (host code, CPU reference), one ctest test per gtest case
+#   1. ctest -L cpu     the C++ CPU tests (host code, CPU reference), one ctest test per gtest case, and the
+#                       installed package: its exported symbols, and tests/consumer built against it and run
 #   2. ctest -L gpu     the C++ GPU tests: on a machine without an SM90 GPU they are skipped, with their count
 #   3. pytest tests/python
 # and prints a summary. Exits non-zero if the build or any test failed.
@@ -48,6 +49,8 @@ run_ctest() {
 
 if [ "$build_status" = ok ]; then
   run_ctest "ctest cpu" cpu
+  # The installed-package tests run among the CPU tests; name them in the summary.
+  note["ctest cpu"]="incl. cpu.install.Exports (exported symbols) and cpu.install.Consumer (find_package)"
   run_ctest "ctest gpu" gpu
   # ctest hides a skipped test's output: show the GPU binary's one-line reason and count.
   gpu_line="$(fp8attn_junit_grep "$FP8ATTN_BUILD_DIR/ctest-gpu.xml" "fp8attn GPU tests:" | head -n 1)"

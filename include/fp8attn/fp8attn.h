@@ -17,6 +17,7 @@
 #include <cstddef>
 
 #include "fp8attn/c_api.h"
+#include "fp8attn/export.h"
 #include "fp8attn/params.h"
 #include "fp8attn/status.h"
 
@@ -32,28 +33,28 @@ struct DeviceInfo {
 };
 
 // Queries the current CUDA device (cached per device).
-Status query_device(DeviceInfo* info);
+FP8ATTN_API Status query_device(DeviceInfo* info);
 
 // Checks every argument, the workspace included; the message names the first bad one and what was expected.
-Status validate_fwd(const FwdParams& params, const DeviceInfo& device);
+FP8ATTN_API Status validate_fwd(const FwdParams& params, const DeviceInfo& device);
 
 // The launch chosen for one call (see fp8attn_fwd_make_plan in c_api.h).
 using FwdPlan = fp8attn_fwd_plan;
 
 // Validates everything but the workspace and plans the launch for `device` (plan_fwd(params, plan): the
 // current device). Builds no message unless it fails.
-Status plan_fwd(const FwdParams& params, const DeviceInfo& device, FwdPlan* plan);
-Status plan_fwd(const FwdParams& params, FwdPlan* plan);
+FP8ATTN_API Status plan_fwd(const FwdParams& params, const DeviceInfo& device, FwdPlan* plan);
+FP8ATTN_API Status plan_fwd(const FwdParams& params, FwdPlan* plan);
 // Launches `plan` on `stream`: params as planned, with plan.workspace_bytes of workspace.
-Status run_fwd(const FwdParams& params, const FwdPlan& plan, cudaStream_t stream);
+FP8ATTN_API Status run_fwd(const FwdParams& params, const FwdPlan& plan, cudaStream_t stream);
 
 // Bytes of device workspace a call needs (split-KV partials), 0 if none. The first form is the plan's
 // arithmetic for `device` and assumes valid params; the second plans on the current device and reports
 // invalid params or a failed device query.
-size_t fwd_workspace_size(const FwdParams& params, const DeviceInfo& device);
-Status fwd_workspace_size(const FwdParams& params, size_t* bytes);
+FP8ATTN_API size_t fwd_workspace_size(const FwdParams& params, const DeviceInfo& device);
+FP8ATTN_API Status fwd_workspace_size(const FwdParams& params, size_t* bytes);
 
 // plan_fwd + run_fwd; params.workspace must already hold the planned bytes.
-Status fwd(const FwdParams& params, cudaStream_t stream);
+FP8ATTN_API Status fwd(const FwdParams& params, cudaStream_t stream);
 
 }  // namespace fp8attn

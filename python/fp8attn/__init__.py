@@ -17,9 +17,8 @@ import importlib
 from typing import Any
 
 from ._lib import KernelNotCompiledError, LibraryNotFoundError, get_lib
+from ._version import __version__
 from .quant import SUPPORTED_HEAD_SIZES, quantize_e4m3, use_fp8attn
-
-__version__ = "0.1.0"
 
 # Public names that need torch, and the submodule that defines each.
 _LAZY = {

@@ -5,8 +5,9 @@ This module needs neither torch nor a GPU. The library is found and loaded on th
 op call then raises :class:`LibraryNotFoundError` naming every place it looked.
 
 The ctypes structures below mirror the C structs field by field, in order. ``get_lib`` compares
-``ctypes.sizeof(FwdParams)`` with the library's ``fp8attn_fwd_params_size()`` and refuses a library
-whose struct differs; tests/python/test_lib.py also checks every field offset against a C compiler.
+``ctypes.sizeof(FwdParams)`` with the library's ``fp8attn_fwd_params_size()`` and its
+``fp8attn_abi_version()`` with :data:`ABI_VERSION`, and refuses a library that differs in either;
+tests/python/test_lib.py also checks every field offset against a C compiler.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import functools
 import os
 from pathlib import Path
 from typing import Optional
+
+# FP8ATTN_ABI_VERSION of the c_api.h / params.h this binding mirrors (test_lib.py compares the two).
+ABI_VERSION = 1
 
 # fp8attn_status_code (c_api.h).
 STATUS_OK = 0
@@ -180,8 +184,8 @@ def library_candidates() -> list[Path]:
     """Where the library is looked for, in order.
 
     FP8ATTN_LIB if set (then only there, so a wrong setting is an error rather than a silent fallback);
-    else <repo>/build/libfp8attn.so for an in-tree checkout, then next to the package (an installed wheel,
-    or the ignored python/fp8attn/_lib/ folder).
+    else the package's own copy (next to this module: where `pip install .` puts it; or the ignored
+    python/fp8attn/_lib/ folder), then <repo>/build/libfp8attn.so for a source checkout.
     """
     env = os.environ.get(_ENV_LIB)
     if env:
@@ -189,9 +193,9 @@ def library_candidates() -> list[Path]:
     package_dir = Path(__file__).resolve().parent
     repo_root = package_dir.parent.parent
     return [
-        repo_root / "build" / _LIB_NAME,
         package_dir / _LIB_NAME,
         package_dir / "_lib" / _LIB_NAME,
+        repo_root / "build" / _LIB_NAME,
     ]
 
 
@@ -216,7 +220,21 @@ class Library:
         dll.fp8attn_fwd.restype = ctypes.c_int
         dll.fp8attn_compiled_kernels.argtypes = []
         dll.fp8attn_compiled_kernels.restype = ctypes.c_char_p
+        try:
+            dll.fp8attn_abi_version.argtypes = []
+            dll.fp8attn_abi_version.restype = ctypes.c_int
+            dll.fp8attn_version.argtypes = []
+            dll.fp8attn_version.restype = ctypes.c_char_p
+        except AttributeError as err:
+            raise LibraryNotFoundError(
+                f"fp8attn: {path} has no version query (fp8attn_abi_version): it predates this binding "
+                f"(C ABI {ABI_VERSION}); rebuild the library") from err
 
+        c_abi = dll.fp8attn_abi_version()
+        if c_abi != ABI_VERSION:
+            raise LibraryNotFoundError(
+                f"fp8attn: {path} implements C ABI {c_abi} but this package binds C ABI {ABI_VERSION}: "
+                "install a matching fp8attn (or rebuild the library from this checkout)")
         c_size = dll.fp8attn_fwd_params_size()
         py_size = ctypes.sizeof(FwdParams)
         if c_size != py_size:
@@ -245,6 +263,10 @@ class Library:
         code = self._dll.fp8attn_fwd(ctypes.byref(params), ctypes.c_void_p(stream or None), err, _ERR_LEN)
         raise_for_status(code, err.value.decode(errors="replace"), "fp8attn_fwd")
 
+    def version(self) -> str:
+        """The library's version string (fp8attn_version); equal to ``fp8attn.__version__`` when they match."""
+        return self._dll.fp8attn_version().decode()
+
     def compiled_kernels(self) -> list[str]:
         """The kernels in this build, one description per entry."""
         text = self._dll.fp8attn_compiled_kernels()
@@ -261,8 +283,8 @@ def _load(path_key: Optional[str]) -> Library:
             return Library(path)
     where = ", ".join(str(p) for p in tried)
     raise LibraryNotFoundError(
-        f"fp8attn: {_LIB_NAME} not found (looked in: {where}). Build it with "
-        f"`cmake -B build && cmake --build build`, or set {_ENV_LIB} to its path.")
+        f"fp8attn: {_LIB_NAME} not found (looked in: {where}). Install the package with `pip install .`, "
+        f"build the library with `cmake -B build && cmake --build build`, or set {_ENV_LIB} to its path.")
 
 
 def get_lib() -> Library:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from ._kernel_list import supported_head_dims
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -16,8 +18,8 @@ FP8_E4M3_MAX = 448.0
 # scale and the same bits as under vLLM.
 MIN_SCALE = 1.0 / (FP8_E4M3_MAX * 512.0)
 
-# (head_size, head_size_v) pairs with an FP8 kernel (SPEC §1).
-SUPPORTED_HEAD_SIZES = frozenset({(64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128)})
+# (head_size, head_size_v) pairs with an FP8 kernel: every pair src/kernels.list declares.
+SUPPORTED_HEAD_SIZES = frozenset(supported_head_dims())
 
 # vLLM cache_dtype strings (and torch dtype names) that mean an E4M3 KV cache. "fp8" is E4M3 on CUDA.
 _E4M3_KV_CACHE_DTYPES = frozenset({"fp8", "fp8_e4m3", "float8_e4m3fn", "torch.float8_e4m3fn"})
@@ -46,9 +48,9 @@ def use_fp8attn(
     """Whether a layer should run on fp8attn's native FP8 forward (the design's vLLM policy).
 
     True exactly when: the device is SM90 (Hopper: major 9), the KV cache is FP8 E4M3 ("fp8" or
-    "fp8_e4m3"; E5M2 is not supported), (head_size, head_size_v) is one of 64/96/128/192/256 with equal V,
-    or (192, 128), there is no softcap, and batch-invariant mode is off (it needs fixed split counts that
-    this path does not promise).
+    "fp8_e4m3"; E5M2 is not supported), (head_size, head_size_v) is in ``SUPPORTED_HEAD_SIZES`` (the pairs
+    of src/kernels.list: 64/96/128/192/256 with equal V, and (192, 128)), there is no softcap, and
+    batch-invariant mode is off (it needs fixed split counts that this path does not promise).
 
     Args:
         device_capability: (major, minor), an object with ``.major``, or an int like 90.

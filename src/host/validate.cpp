@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "fp8attn/fp8attn.h"
+#include "host/head_dims.h"
 #include "host/validate.h"
 
 #define FP8ATTN_RETURN_IF_ERROR(expr)   \
@@ -38,7 +39,6 @@ constexpr size_t kMaxWorkspaceBytes = size_t{2} << 30;
 constexpr int kPageSizeMultiple = 16;     // vLLM's block_size rule; also the FP8 TMA box granularity
 constexpr int64_t kTmaAlignBytes = 16;    // TMA: global base address and every stride 16-byte aligned
 constexpr int64_t kTmaMaxStrideBytes = int64_t{1} << 40;  // TMA: strides below 2^40 bytes
-constexpr std::pair<int, int> kHeadDims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}, {192, 128}};
 
 template <typename... Args>
 std::string cat(const Args&... args) {
@@ -309,10 +309,10 @@ Status check_dtypes(const FwdParams& p) {
 }
 
 Status check_head_dims(const FwdParams& p) {
-  for (const auto& [d, dv] : kHeadDims)
+  for (const auto& [d, dv] : kSupportedHeadDims)
     if (p.head_dim == d && p.head_dim_v == dv) return Status::Ok();
   std::string supported;
-  for (const auto& [d, dv] : kHeadDims) supported += cat(supported.empty() ? "" : ", ", "(", d, ", ", dv, ")");
+  for (const auto& [d, dv] : kSupportedHeadDims) supported += cat(supported.empty() ? "" : ", ", "(", d, ", ", dv, ")");
   return not_supported(expected_got("(head_dim, head_dim_v)", "one of " + supported,
                                     cat("(", p.head_dim, ", ", p.head_dim_v, ")")));
 }

@@ -1,4 +1,4 @@
-// fp8attn reference attention on the CPU: the ground truth of every GPU test (SPEC §3).
+// fp8attn reference attention on the CPU: the ground truth of every GPU test (docs/accuracy.md).
 //
 // Work is split into tasks of (sequence, kv head, a run of "packed" query rows). A packed row is one
 // (q head of the kv head's group, query row) pair, so decode (one query row, many q heads per kv head)
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "fp8attn/reference.h"
+#include "reference/reference.h"
 
 namespace fp8attn {
 namespace ref {

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <limits>
 
-#include "fp8attn/reference.h"
+#include "reference/reference.h"
 
 namespace fp8attn {
 namespace ref {

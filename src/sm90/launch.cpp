@@ -1,5 +1,8 @@
 // fp8attn SM90: the launcher (launch.h). kernel_registry.inc lists the compiled kernels and
 // kernel_list_all.inc every declared one; both are generated from src/kernels.list.
+// This file is compiled twice: into libfp8attn.so with the shipped kernels only, and into the internal
+// library that tests and benchmarks link with FP8ATTN_WITH_INTERNAL_KERNELS, which adds the `one_level`
+// comparison kernels (kernel_registry_internal.inc) the library does not ship.
 #include "sm90/launch.h"
 
 #include <string>
@@ -11,6 +14,9 @@ namespace fp8attn::sm90 {
 #define FP8ATTN_KERNEL(D, DV, BM, BN, TL) \
   cudaError_t FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL)(const fp8attn_fwd_params&, const KernelConfig&, cudaStream_t);
 #include "kernel_registry.inc"
+#ifdef FP8ATTN_WITH_INTERNAL_KERNELS
+#include "kernel_registry_internal.inc"
+#endif
 #undef FP8ATTN_KERNEL
 
 namespace {
@@ -23,6 +29,9 @@ struct CompiledKernel {
 const CompiledKernel kCompiledKernels[] = {
 #define FP8ATTN_KERNEL(D, DV, BM, BN, TL) {KernelKey{D, DV, BM, BN, TL != 0}, &FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL)},
 #include "kernel_registry.inc"
+#ifdef FP8ATTN_WITH_INTERNAL_KERNELS
+#include "kernel_registry_internal.inc"
+#endif
 #undef FP8ATTN_KERNEL
 };
 

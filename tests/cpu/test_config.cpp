@@ -25,6 +25,7 @@
 #include "common/extents.h"
 #include "host/config.h"
 #include "common/kernel_rules.h"
+#include "host/head_dims.h"
 #include "sm90/launch.h"
 
 namespace {
@@ -252,7 +253,6 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
 // ---------------------------------------------------------------------------------------------------------
 
 TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
-  const std::vector<std::pair<int, int>> head_dims = {{64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}, {192, 128}};
   const std::vector<int> seqlens_q = {0, 1, 2, 4, 8, 17, 64, 65, 1000, 16384};
   const std::vector<int> seqlens_k = {0, 1, 128, 4096, 32768};
   const std::vector<std::pair<int, int>> heads = {{1, 1}, {8, 1}, {32, 8}, {16, 2}, {6, 6}, {12, 4}};
@@ -265,7 +265,7 @@ TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
   int64_t checked = 0, failures = 0;
   std::vector<int> seen_block_m(257, 0);
   int64_t seen_packed = 0, seen_split = 0;
-  for (const auto& hd : head_dims)
+  for (const auto& hd : fp8attn::kSupportedHeadDims)
     for (int sq : seqlens_q)
       for (int sk : seqlens_k)
         for (const auto& h : heads)
@@ -359,17 +359,12 @@ TEST(ConfigSweep, VarlenRowsFollowTotalQ) {
 // Tile height
 // ---------------------------------------------------------------------------------------------------------
 
-const std::vector<std::pair<int, int>>& all_head_dims() {
-  static const std::vector<std::pair<int, int>> v = {{64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}, {192, 128}};
-  return v;
-}
-
 TEST(ConfigBlockM, ShortDecodeUses64RowsForEveryHeadDim) {
   struct Short { int sq, hq, hkv; };
   // q tokens x q heads per kv head <= 64 (packed), or q tokens <= 64 (MHA).
   const std::vector<Short> shorts = {{1, 32, 8}, {8, 32, 8}, {16, 32, 8}, {8, 16, 2}, {1, 8, 1}, {8, 8, 1},
                                      {1, 6, 6},  {64, 6, 6}, {1, 1, 1},   {21, 12, 4}, {64, 1, 1}};
-  for (const auto& hd : all_head_dims())
+  for (const auto& hd : fp8attn::kSupportedHeadDims)
     for (const Short& s : shorts) {
       Case c;
       c.d = hd.first;
@@ -393,7 +388,7 @@ TEST(ConfigBlockM, LongerUses128Rows) {
   // Packed rows > 64 (17 x 4, 9 x 8, 22 x 3), MHA tokens > 64, prefill.
   const std::vector<Long> longs = {{17, 32, 8}, {9, 16, 2}, {22, 12, 4}, {65, 1, 1}, {65, 6, 6},
                                    {1000, 32, 8}, {16384, 6, 6}, {16384, 8, 1}};
-  for (const auto& hd : all_head_dims())
+  for (const auto& hd : fp8attn::kSupportedHeadDims)
     for (const Long& s : longs) {
       Case c;
       c.d = hd.first;
@@ -428,7 +423,7 @@ TEST(ConfigBlockM, PrefillTileCount) {
 // ---------------------------------------------------------------------------------------------------------
 
 TEST(ConfigPackGqa, GqaDecodePacksAndGridsOverKvHeads) {
-  for (const auto& hd : all_head_dims())
+  for (const auto& hd : fp8attn::kSupportedHeadDims)
     for (int tokens = 1; tokens <= 8; ++tokens) {
       Case c;
       c.d = hd.first;
@@ -461,7 +456,7 @@ TEST(ConfigPackGqa, GqaDecodePacksAndGridsOverKvHeads) {
 }
 
 TEST(ConfigPackGqa, MhaNeverPacksAndGridsOverQHeads) {
-  for (const auto& hd : all_head_dims())
+  for (const auto& hd : fp8attn::kSupportedHeadDims)
     for (int tokens : {1, 2, 4, 8, 17, 64, 65, 1000})
       for (int heads : {1, 6, 32}) {
         Case c;
@@ -514,7 +509,7 @@ TEST(ConfigSplit, HeuristicFillsSmsForSmallGridLongKv) {
 }
 
 TEST(ConfigSplit, HeuristicDoesNotSplitAFullGrid) {
-  for (const auto& hd : all_head_dims()) {
+  for (const auto& hd : fp8attn::kSupportedHeadDims) {
     Case c;  // prefill 16k tokens
     c.d = hd.first;
     c.dv = hd.second;
@@ -535,7 +530,7 @@ TEST(ConfigSplit, HeuristicDoesNotSplitAFullGrid) {
 }
 
 TEST(ConfigSplit, HeuristicDoesNotSplitShortKv) {
-  for (const auto& hd : all_head_dims()) {
+  for (const auto& hd : fp8attn::kSupportedHeadDims) {
     const int block_n = fp8attn::block_n_for_head_dim(hd.first);
     Case c;  // a small grid (8 CTAs) that would be split if the KV range allowed it
     c.d = hd.first;

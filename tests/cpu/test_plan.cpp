@@ -14,13 +14,14 @@
 #include <new>
 #include <string>
 
+#include "common/extents.h"
 #include "fp8attn/c_api.h"
 #include "fp8attn/fp8attn.h"
 #include "host/config.h"
 #include "sm90/launch.h"
 
-// Counts heap allocations of the whole test binary (and of libfp8attn.so, whose operator new resolves to this
-// one), so a test can assert that a call allocated nothing. Forwarding to malloc changes nothing else.
+// Counts heap allocations of the whole test binary (the library's code is linked in statically, from
+// fp8attn_internal), so a test can assert that a call allocated nothing. Forwarding to malloc changes nothing else.
 namespace {
 std::atomic<long> g_allocations{0};
 }  // namespace
@@ -84,6 +85,7 @@ FwdParams paged_decode(int head_dim = 128) {
   p.k_row_stride = p.v_row_stride = 8 * head_dim;
   p.k_batch_stride = p.v_batch_stride = 16 * 8 * head_dim;
   p.causal = 1;
+  fp8attn_test::describe_extents(p);  // the extents a caller whose tensors agree with the sizes passes
   return p;
 }
 
@@ -96,6 +98,7 @@ TEST(PlanFwd, IsSelectConfigsChoiceAndItsWorkspace) {
     p.batch = 2;  // a small grid: the heuristic splits
     p.total_q = 2;
     p.num_splits = num_splits;
+    fp8attn_test::describe_extents(p);  // again, for the new sizes
     const fp8attn::ProblemShape problem = fp8attn::describe_problem(p, h200());
     const fp8attn::KernelConfig config = fp8attn::select_config(problem);
     if (!fp8attn::sm90::has_kernel(config.key)) GTEST_SKIP() << config.key.to_string() << " not in this build";

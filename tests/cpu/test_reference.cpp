@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "fp8attn/reference.h"
+#include "reference/reference.h"
 
 namespace fp8attn {
 namespace ref {

@@ -33,6 +33,14 @@ struct HeadDims {
   int d, dv;
 };
 
+// Every supported (d, dv) pair, in src/kernels.list's order (generated head_dims.inc, see host/head_dims.h).
+inline constexpr HeadDims kHeadDims[] = {
+#define FP8ATTN_HEAD_DIM_PAIR(D, DV) {D, DV},
+#include "head_dims.inc"
+#undef FP8ATTN_HEAD_DIM_PAIR
+};
+inline constexpr int kNumHeadDims = int(sizeof(kHeadDims) / sizeof(kHeadDims[0]));
+
 // "d128" when d == dv, else "d192x128".
 std::string head_dims_label(const HeadDims& hd);
 

@@ -29,7 +29,7 @@ constexpr uint32_t kPoisonLse = 0xFFFFFFFF;
 
 // ---- The LSE bar ----------------------------------------------------------------------------------------
 //
-// SPEC §3's bar binds the output. The LSE gets a bar of the same form, 2·max|emulation − exact| + slack, plus
+// docs/accuracy.md's bar binds the output. The LSE gets a bar of the same form, 2·max|emulation − exact| + slack, plus
 // one term the emulation cannot supply, per (batch, row, q head):
 //
 //   |lse − exact| <= 2·max|emul_lse − exact_lse| (over the case) + 1e-3 + 2^-11·M_row,
@@ -47,7 +47,8 @@ constexpr uint32_t kPoisonLse = 0xFFFFFFFF;
 //   - The LSE inherits score errors directly: LSE = log(Σ_j exp(s_j) [+ exp(sink)]) gives
 //       δLSE = Σ_j p_j·δs_j,  so  |δLSE| <= max_j |δs_j| <= (error per unit of S)·M_row,
 //     p_j being the softmax weights (summing to 1, or less with a sink, which has no GEMM error). The output
-//     mostly does not: an error common to a row's scores cancels in the softmax, and SPEC §3's output bar holds.
+//     mostly does not: an error common to a row's scores cancels in the softmax, and the output bar of
+//     docs/accuracy.md holds.
 //   - 2^-11 = 4·2^-13: the accumulator's ~2^-13 relative precision, with margin for a few truncating additions
 //     (one per k-group of the WGMMA chain, d/32 of them; truncations all go toward zero, so on the large
 //     scores that dominate the LSE they add up rather than cancel). The H200 errors that led to this bar

@@ -1,5 +1,5 @@
 // fp8attn GPU test harness: one forward call described by a Case, run on the device and judged against the
-// CPU references by SPEC §3.
+// CPU references by the rules of docs/accuracy.md.
 //
 //   Case c = ...;                    // shapes, layout, masks, descales, sink, output, seed
 //   expect_case_passes(c);           // gtest: skip if its kernel is not built, else fail with the worst element
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "fp8attn/fp8attn.h"
-#include "fp8attn/reference.h"
+#include "reference/reference.h"
 
 namespace fp8attn_test {
 
@@ -43,7 +43,7 @@ enum class KvLayout {
   kPaged,   // [num_pages, page_size, heads_kv, d] through a block table, lengths from seqused_k
 };
 
-// How each of q_descale / k_descale / v_descale is passed (SPEC §1: read in place, never copied).
+// How each of q_descale / k_descale / v_descale is passed (params.h: read in place, never copied).
 enum class DescaleForm {
   kNone,            // NULL: 1.0
   kScalar,          // 0-d tensor
@@ -104,7 +104,7 @@ struct Output {
   std::vector<uint8_t> lse;  // empty when the case asks for no LSE
 };
 
-// SPEC §3 judgement of one run.
+// The docs/accuracy.md judgement of one run.
 struct Metrics {
   bool passed = false;
   double max_abs_err = 0;       // max |out - exact| over valid elements
@@ -155,7 +155,7 @@ class Problem {
   fp8attn::Status run(cudaStream_t stream = nullptr) const;
   // Copies out and lse back on `stream` and waits for that stream only.
   Output download(cudaStream_t stream = nullptr) const;
-  // SPEC §3 against the fp64 reference and the kernel-precision emulation (computed on first use).
+  // docs/accuracy.md: against the fp64 reference and the kernel-precision emulation (computed on first use).
   Metrics check(const Output& output);
   // True when every out/lse byte still holds the poison (nothing was written).
   static bool untouched(const Output& output);

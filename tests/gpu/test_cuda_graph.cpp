@@ -1,4 +1,4 @@
-// fp8attn GPU tests: CUDA-graph safety of the paged decode path (SPEC §1 Decode launches, §2 vLLM's call).
+// fp8attn GPU tests: CUDA-graph safety of the paged decode path (docs/design.md §4 launch choices; vLLM's call).
 //
 // vLLM captures one attention call per batch size, with max_seqlen_k = max_model_len, and replays it every
 // decode step after rewriting its inputs in place: seqused_k, the block table, cu_seqlens_q, q and new
@@ -16,7 +16,7 @@
 //   3. For each of three decode steps (other lengths, 0 to 8192 keys, a reshuffled block table, new q/K/V,
 //      new descale and sink values, other q tokens per request), rewrites every input buffer with
 //      cudaMemcpyAsync on that stream, outside the graphs, poisons out/lse/workspace, replays each graph and
-//      judges the output against the CPU references of THAT step (SPEC §3, through the harness).
+//      judges the output against the CPU references of THAT step (docs/accuracy.md, through the harness).
 // Each step's inputs come from a harness Problem (seeded values, shuffled pages, NaN spare pages and rows,
 // invalid block-table ids past each request's pages); its device buffers are the source of the rewrites,
 // and its out/lse buffers receive the graph's results so that Problem::check judges them, stray writes
@@ -275,7 +275,7 @@ void poison_outputs(const GraphBuffers& g, const DeviceBuffer& workspace, cudaSt
     check_cuda(cudaMemsetAsync(workspace.get(), 0xFF, workspace.bytes(), stream), "poison workspace");
 }
 
-// Moves the graph's out/lse into the step Problem's buffers, downloads and judges them (SPEC §3).
+// Moves the graph's out/lse into the step Problem's buffers, downloads and judges them (docs/accuracy.md).
 void expect_step_passes(Problem* problem, const GraphBuffers& g, cudaStream_t stream, const std::string& what) {
   const fp8attn_fwd_params& p = problem->params();
   check_cuda(cudaMemcpyAsync(p.out, g.out.get(), g.out_bytes, cudaMemcpyDeviceToDevice, stream), "copy out back");

@@ -1,4 +1,5 @@
-// fp8attn GPU tests: random configurations against the fp64 reference (SPEC §3's bar, as every harness case).
+// fp8attn GPU tests: random configurations against the fp64 reference (docs/accuracy.md's bar, as every harness
+// case).
 //
 // Each run draws FP8ATTN_FUZZ_COUNT configurations (default 500) from a seed that changes per run and is
 // printed; FP8ATTN_FUZZ_SEED fixes it, and FP8ATTN_FUZZ_ONLY=i replays configuration i of that seed alone.

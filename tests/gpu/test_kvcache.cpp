@@ -1,12 +1,12 @@
-// fp8attn GPU tests: the KV-cache (vLLM serving) matrix against the CPU references (SPEC §1 Paged K/V,
-// SplitKV, Decode launches; §2 vLLM's call; §3 accuracy).
+// fp8attn GPU tests: the KV-cache (vLLM serving) matrix against the CPU references (paged K/V,
+// SplitKV, decode launches, vLLM's call; accuracy by docs/accuracy.md).
 //
 // The factors, crossed in full, are ~10^6 calls; the CPU side (seeded E4M3 inputs, one value at a
 // time, and the fp64 reference) is the budget. KvCacheMatrix crosses the factors that pick the load path,
 // the launch and the combine:
 //   K/V layout   paged with 16/32/64/128/256-token pages (page-aligned TMA boxes of gcd(page, tile_n) rows)
 //                and a dense cache read through seqused_k
-//   head dims    (64,64) (96,96) (128,128) (192,192) (256,256) (192,128)
+//   head dims    every supported pair of src/kernels.list: (64,64) (96,96) (128,128) (192,192) (256,256) (192,128)
 //   num_splits   1, 3 (exactly three, some of them empty for short sequences) and 0 (the heuristic)
 //   batch kind   decode (1 token per request), speculative decode (1-8 tokens per request) and a mixed
 //                batch (one chunked-prefill request of 37 or 300 tokens among decode requests)
@@ -60,7 +60,6 @@ enum class BatchKind { kDecode, kSpecDecode, kMixed };
 
 constexpr LayoutSpec kLayouts[] = {{"page16", 16}, {"page32", 32},   {"page64", 64},
                                    {"page128", 128}, {"page256", 256}, {"densekv", 0}};
-constexpr HeadDims kHeadDims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}, {192, 128}};
 constexpr int kSplits[] = {1, 3, 0};
 constexpr BatchKind kBatchKinds[] = {BatchKind::kDecode, BatchKind::kSpecDecode, BatchKind::kMixed};
 // vLLM passes causal=True with window (w-1, 0) for sliding-window layers.
@@ -115,7 +114,7 @@ std::vector<NamedCase> matrix_cases() {
   std::vector<NamedCase> cases;
   int i = 0;
   for (int layout_i = 0; layout_i < 6; ++layout_i) {
-    for (int hd_i = 0; hd_i < 6; ++hd_i) {
+    for (int hd_i = 0; hd_i < kNumHeadDims; ++hd_i) {
       for (int split_i = 0; split_i < 3; ++split_i) {
         for (int kind_i = 0; kind_i < 3; ++kind_i, ++i) {
           const LayoutSpec& layout = kLayouts[layout_i];

@@ -1,8 +1,8 @@
-// fp8attn GPU tests: long-KV accuracy with one split (SPEC §3, the design's two-level accumulation table).
+// fp8attn GPU tests: long-KV accuracy with one split (docs/accuracy.md, the design's two-level accumulation table).
 //
 // FP8 WGMMA accumulates with ~13 mantissa bits; without two-level PV accumulation the output of a
 // nonzero-mean V shrinks as keys grow (0.77% / 10.4% / 34.7% / 71.0% relative RMS at 1k / 8k / 32k / 128k
-// keys in the design). With it the design reports 0.17% / 0.15% / 0.13% / 0.12%, and SPEC §3 makes those
+// keys in the design). With it the design reports 0.17% / 0.15% / 0.13% / 0.12%, and docs/accuracy.md makes those
 // the limits for us.
 //
 // Measurement choices, and why:
@@ -11,7 +11,7 @@
 //     at 0.5, where the bf16 step changes from 2^-9 to 2^-8, and rounding the fp64 reference itself to bf16
 //     scores ~0.18% at 1k keys and 0.12-0.14% at 128k (seed-dependent), at or above the limits. A bf16 run
 //     cannot tell a good kernel from a bad one by these numbers; it is still made and reported, and held to
-//     the SPEC §3 per-element bar.
+//     the per-element bar of docs/accuracy.md.
 //   - q, k ~ N(0, 0.5^2). With N(0, 1) the kernel-precision emulation itself (P rounded to E4M3) scores
 //     0.153-0.175% at 1k keys depending on the seed, straddling the 0.17% limit; at 0.5 it scores ~0.13%.
 //     A kernel without two-level accumulation still fails by far (its error grows with the key count).
@@ -39,10 +39,10 @@ namespace {
 
 struct LongKvLimit {
   int keys;
-  double max_rel_rms_pct;  // SPEC §3
+  double max_rel_rms_pct;  // docs/accuracy.md
 };
 
-// SPEC §3: the output mean stays within 0.03% of the reference mean.
+// docs/accuracy.md (Long KV): the output mean stays within 0.03% of the reference mean.
 constexpr double kMaxMeanDrift = 3e-4;
 constexpr LongKvLimit kLimits[] = {{1024, 0.17}, {8192, 0.15}, {32768, 0.13}, {131072, 0.12}};
 
@@ -159,7 +159,7 @@ TEST_P(LongKv, RelativeRmsWithinDesignLimit) {
       << "relative RMS vs fp64 with fp16 output at " << limit.keys << " keys (emulation " << 100 * f16.emul_rel_rms
       << "%): the output of a mean-0.5 V drifts as keys grow; is two-level PV accumulation on?\n  case: "
       << c.describe();
-  // SPEC §3: O is normalised by the sum of the P it multiplied, so its mean does not drift below the exact one.
+  // docs/accuracy.md (Long KV): O is normalised by the sum of the P it multiplied, so its mean does not drift below the exact one.
   EXPECT_LE(std::fabs(f16.mean_ratio - 1), kMaxMeanDrift)
       << "output mean / exact mean = " << f16.mean_ratio << " at " << limit.keys << " keys (emulation "
       << f16.emul_mean_ratio << ")";

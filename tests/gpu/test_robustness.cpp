@@ -6,8 +6,8 @@
 //     the bits of the same call on the first GPU. Skipped, saying so, with fewer than two SM90 GPUs.
 //   - FP8ATTN_CHECK_DEVICE_ARGS's check (check_device_args) names out-of-range lengths and page ids, host
 //     memory and memory of another device, and stays out of the way of a graph capture.
-//   - Split counts: the same split plan gives the same bits; different counts each stay within SPEC §3's bar
-//     (so within the sum of two bars of each other), and are not promised to be bitwise equal.
+//   - Split counts: the same split plan gives the same bits; different counts each stay within the error bar
+//     of docs/accuracy.md (so within the sum of two bars of each other), and are not promised to be bitwise equal.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

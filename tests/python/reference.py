@@ -1,4 +1,4 @@
-"""Torch reference for FP8 attention, and the SPEC §3 accuracy check.
+"""Torch reference for FP8 attention, and the accuracy check of docs/accuracy.md.
 
 Two references per call, both on the same FP8 inputs with the descales applied:
   * ``ref``:  exact attention in float64 (what the kernel approximates);
@@ -163,7 +163,7 @@ def ulp_bf16(x: float) -> float:
 
 
 def check_output(out: Tensor, ref: Reference, what: str) -> dict[str, float]:
-    """Asserts SPEC §3's bar on ``out`` (any shape matching ref.out) and returns the error figures.
+    """Asserts docs/accuracy.md's bar on ``out`` (any shape matching ref.out) and returns the error figures.
 
     NaN/inf are reported separately from the numeric error (a NaN means an unwritten or out-of-bounds
     element, not a rounding problem), and a failure names the worst element.

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import fp8attn
 from fp8attn import _lib
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +96,9 @@ STUB_SOURCE = textwrap.dedent("""
     #ifndef SIZE_DELTA
     #define SIZE_DELTA 0
     #endif
+    #ifndef ABI_DELTA
+    #define ABI_DELTA 0
+    #endif
 
     static fp8attn_fwd_params last_params;
     static void* last_stream;
@@ -123,6 +127,8 @@ STUB_SOURCE = textwrap.dedent("""
     const char* fp8attn_compiled_kernels(void) {
       return "d=128 dv=128 block_m=128 block_n=128\\nd=128 dv=128 block_m=64 block_n=128\\n";
     }
+    const char* fp8attn_version(void) { return "0.0.0-stub"; }
+    int fp8attn_abi_version(void) { return FP8ATTN_ABI_VERSION + ABI_DELTA; }
     const fp8attn_fwd_params* stub_last_params(void) { return &last_params; }
     void* stub_last_stream(void) { return last_stream; }
 """)
@@ -199,6 +205,20 @@ def test_struct_size_mismatch_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
         _lib.get_lib()
 
 
+@needs_cc
+def test_abi_version_mismatch_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _compile(tmp_path, STUB_SOURCE, "libfp8attn.so", "-shared", "-fPIC", "-DABI_DELTA=1")
+    monkeypatch.setenv("FP8ATTN_LIB", str(path))
+    with pytest.raises(_lib.LibraryNotFoundError, match=f"C ABI {_lib.ABI_VERSION + 1} .* binds C ABI"):
+        _lib.get_lib()
+
+
+def test_abi_version_is_the_headers() -> None:
+    match = re.search(r"#define\s+FP8ATTN_ABI_VERSION\s+(\d+)", (INCLUDE_DIR / "fp8attn" / "c_api.h").read_text())
+    assert match, "c_api.h defines no FP8ATTN_ABI_VERSION"
+    assert _lib.ABI_VERSION == int(match.group(1)), "the ctypes binding and c_api.h disagree on the C ABI version"
+
+
 def test_missing_library_names_where_it_looked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "libfp8attn.so"
     monkeypatch.setenv("FP8ATTN_LIB", str(missing))
@@ -208,9 +228,11 @@ def test_missing_library_names_where_it_looked(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_default_search_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The package's own copy (an installed wheel) first, the source checkout's build/ last.
     monkeypatch.delenv("FP8ATTN_LIB", raising=False)
     candidates = _lib.library_candidates()
-    assert candidates[0] == REPO_ROOT / "build" / "libfp8attn.so"
+    assert candidates[0] == REPO_ROOT / "python" / "fp8attn" / "libfp8attn.so"
+    assert candidates[-1] == REPO_ROOT / "build" / "libfp8attn.so"
     assert all(path.name == "libfp8attn.so" for path in candidates)
 
 
@@ -252,6 +274,8 @@ def test_built_library_loads_and_fails_cleanly() -> None:
     assert (params.window_left, params.window_right, params.num_splits) == (-1, -1, 0)
     assert params.q is None and params.workspace is None
     assert lib.compiled_kernels(), "the build lists no kernels"
+    assert lib.version() == fp8attn.__version__  # both from CMakeLists.txt's project VERSION
+    assert not any("one_level" in kernel for kernel in lib.compiled_kernels()), "test-only kernels are shipped"
     # Without a GPU the first call reports the CUDA error; with one, the empty params are invalid.
     with pytest.raises((ValueError, RuntimeError), match="fp8attn: "):
         lib.workspace_size(params)

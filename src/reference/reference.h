@@ -8,10 +8,10 @@
 //   lse: [num_heads_q, total_rows] (natural log; -inf for rows with no visible key and no sink)
 // Rows past a sequence's length (varlen padding up to total_q) are never written: they hold NaN.
 //
-//   kExact:     fp64 attention on the FP8-decoded inputs, descales applied (the SPEC §3 reference).
+//   kExact:     fp64 attention on the FP8-decoded inputs, descales applied (the reference of docs/accuracy.md).
 //   kEmulation: the kernel's precision: scores in fp32 with folded descales, P = exp2(s - m + 8)
 //               rounded to E4M3 before PV (row max over the whole row, sums of the unrounded P),
-//               fp32 accumulation, v_descale and 1/sum at the end. The SPEC §3 error bar is
+//               fp32 accumulation, v_descale and 1/sum at the end. The error bar (docs/accuracy.md) is
 //               max|out - exact| <= 2 * max|emulation - exact| + 2 ulp(bf16).
 #pragma once
 
