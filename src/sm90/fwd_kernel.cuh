@@ -72,13 +72,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   vt_params.consumer_arv_count = Traits::kNumMmaThreads;
   PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
 
-  // The ones tile of the P x ones GEMM, written once; WGMMA reads it through the async proxy.
-  {
-    uint32_t* ones = reinterpret_cast<uint32_t*>(smem.smem_ones.data());
-    constexpr int kWords = int(cute::cosize_v<typename Traits::SmemLayoutOnes>) / 4;
-    for (int i = threadIdx.x; i < kWords; i += Traits::kNumThreads) { ones[i] = Traits::kE4m3OnesWord; }
-    cutlass::arch::fence_view_async_shared();
+  // The ones of the P x ones row sums (mainloop_mma.cuh), written once: rows kHeadDimV.. of every V^T stage
+  // (the transpose never writes them), or the separate ones tile. WGMMA reads them through the async proxy.
+  if constexpr (Traits::kPvSumInPv) {
+    Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});  // (VT_ROWS, BLK_N, PIPE)
+    constexpr int kOnes = 8 * kBlockN * Traits::kStages;
+    for (int i = threadIdx.x; i < kOnes; i += Traits::kNumThreads) {
+      sVt(Traits::kHeadDimV + i % 8, (i / 8) % kBlockN, i / (8 * kBlockN)) = Traits::Element::bitcast(Traits::kE4m3One);
+    }
+  } else {
+    for (int i = threadIdx.x; i < Traits::kOnesBytes; i += Traits::kNumThreads) {
+      smem.smem_ones[i] = Traits::Element::bitcast(Traits::kE4m3One);
+    }
   }
+  cutlass::arch::fence_view_async_shared();
 
   cutlass::arch::fence_barrier_init();
   __syncthreads();

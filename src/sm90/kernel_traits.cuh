@@ -81,13 +81,25 @@ struct KernelTraits {
   using TiledMmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
       AtomLayoutMma{}));
-  // O_tile = P V^T-view: (kBlockM, kPvChunk) accumulated over kBlockN, P from registers.
+  // The shape of O and of one dv chunk of it (MMA_M, kPvChunk): fragments and epilogue coordinates.
   using TiledMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kPvChunk>, Int<kBlockN>>>(),
       AtomLayoutMma{}));
 
-  // P x ones: the row sums of P as rounded to E4M3 (softmax.cuh says why), from the same A registers as P V.
-  // N = 8 is the narrowest WGMMA; all 8 columns are sums, so every thread of a row's quad holds it.
+  // The row sums of P as rounded to E4M3 (softmax.cuh says why) come from the tensor cores, P x ones. When P V
+  // is one GEMM (two-level, unchunked), V^T carries 8 rows of E4M3 ones after its dv rows and that GEMM is
+  // N = dv + 8 wide: the sums cost one more n8 block of the same instructions (measured: a separate n8 GEMM,
+  // which reads the A registers again, cost 9% at d128, docs/perf.md run 11). Chunked P V (dv > 128, two CTAs
+  // per SM) has no registers for a wider tile while the softmax runs, and the single-level kernel accumulates
+  // into O itself: they run P x ones as its own N = 8 GEMM from a separate ones tile. All 8 columns of the
+  // ones block are sums, so every thread of a row's quad holds it.
+  static constexpr bool kPvSumInPv = kNumPvChunks == 1 && kTwoLevel;
+  static constexpr int kPvTileN = kPvSumInPv ? kPvChunk + 8 : kPvChunk;  // N of the P V GEMM
+  static constexpr int kVtRows = kPvSumInPv ? kHeadDimV + 8 : kHeadDimV;  // rows of one V^T stage
+  // O_tile = P V^T-view (+ ones): (kBlockM, kPvTileN) accumulated over kBlockN, P from registers.
+  using TiledMmaPvTile = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kPvTileN>, Int<kBlockN>>>(),
+      AtomLayoutMma{}));
   using TiledMmaPvSum = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, _8, Int<kBlockN>>>(), AtomLayoutMma{}));
 
@@ -98,13 +110,15 @@ struct KernelTraits {
   // V as TMA lands it: row-major [keys, dv], swizzled like K so ldmatrix.trans reads are conflict-free.
   using SmemLayoutVLoad = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDimV>(),
                                                  Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));  // (BLK_N, DV, PIPE)
-  // V^T for the PV GEMM: [dv, key slots], K-major. Key slots follow the P register order (see transpose).
+  // V^T for the PV GEMM: [dv (+ 8 ones rows when kPvSumInPv), key slots], K-major. Key slots follow the P
+  // register order (see transpose_v.cuh).
   using SmemLayoutVt = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(),
-                                              Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}));  // (DV, BLK_N, PIPE)
+                                              Shape<Int<kVtRows>, Int<kBlockN>, Int<kStages>>{}));  // (VT_ROWS, BLK_N, PIPE)
 
-  // The B operand of P x ones: 8 rows of E4M3 1.0, K-major (every byte is the same, so the swizzle is moot).
+  // The B operand of a separate P x ones (!kPvSumInPv): 8 rows of E4M3 1.0, K-major.
   using SmemLayoutOnes = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<_8, Int<kBlockN>>{}));  // (8, BLK_N)
-  static constexpr uint32_t kE4m3OnesWord = 0x38383838u;  // four E4M3 1.0 (S.0111.000)
+  static constexpr int kOnesBytes = kPvSumInPv ? 0 : int(cute::cosize_v<SmemLayoutOnes>);
+  static constexpr uint8_t kE4m3One = 0x38;  // E4M3 1.0 (S.0111.000)
 
   // K and V tiles are loaded as kBoxRows-row TMA boxes. 16 rows divide every page size fp8attn accepts
   // (multiples of 16), so one box never crosses a page and the same kernel serves dense, varlen and paged
@@ -125,7 +139,8 @@ struct KernelTraits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> smem_k;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVLoad>> smem_vload;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> smem_vt;
-    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutOnes>> smem_ones;
+    // Unused (16 bytes) when the ones rows live in sVt.
+    alignas(1024) cute::array_aligned<Element, (kOnesBytes > 0 ? kOnesBytes : 16)> smem_ones;
     typename PipelineK::SharedStorage pipeline_k;
     typename PipelineVLoad::SharedStorage pipeline_vload;
     typename PipelineVt::SharedStorage pipeline_vt;

@@ -38,10 +38,13 @@ struct MainloopMma {
   using PipelineState = cutlass::PipelineState<Traits::kStages>;
   using TiledMmaQK = typename Traits::TiledMmaQK;
   using TiledMmaPV = typename Traits::TiledMmaPV;
+  using TiledMmaPvTile = typename Traits::TiledMmaPvTile;
   using TiledMmaPvSum = typename Traits::TiledMmaPvSum;
-  // Unchunked P V issues P x ones with it (the MMA warpgroups have the 4 registers to spare at d <= 128); chunked
-  // P V (dv > 128, or two CTAs per SM) is at its register limit and issues it after the last chunk instead.
-  static constexpr bool kPvSumWithFirstChunk = Traits::kNumPvChunks == 1 || !Traits::kTwoLevel;
+  static constexpr int kPvTileN = Traits::kPvTileN;
+  // Where a separate P x ones runs (!Traits::kPvSumInPv, kernel_traits.cuh): in the single-level GEMM's batch
+  // (issue_pv_into_o), or after the last dv chunk of chunked P V, when the chunk accumulator's registers are
+  // free again.
+  static constexpr bool kPvSumAfterChunks = !Traits::kPvSumInPv && Traits::kTwoLevel;
 
   // The O accumulator of this thread: (MMA, MMA_M, DV / kPvChunk) fp32.
   using FragmentO = decltype(partition_fragment_C(TiledMmaPV{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
@@ -52,7 +55,7 @@ struct MainloopMma {
                               const Mask<kBlockM, kBlockN>& mask, KvBlockRange range, int mma_thread,
                               OnlineSoftmax& softmax, FragmentO& tOrO) {
     TiledMmaQK tiled_mma_qk;
-    TiledMmaPV tiled_mma_pv;
+    TiledMmaPvTile tiled_mma_pv;
     TiledMmaPvSum tiled_mma_pv_sum;
     auto thr_mma_qk = tiled_mma_qk.get_thread_slice(mma_thread);
     auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread);
@@ -60,29 +63,32 @@ struct MainloopMma {
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});     // (BLK_M, D)
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});     // (BLK_N, D, PIPE)
-    Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});  // (DV, BLK_N, PIPE)
-    Tensor sOnes = make_tensor(make_smem_ptr(smem.smem_ones.data()), typename Traits::SmemLayoutOnes{});  // (8, BLK_N)
+    Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});  // (VT_ROWS, BLK_N, PIPE)
+    Tensor sOnes = make_tensor(make_smem_ptr(smem.smem_ones.data()), typename Traits::SmemLayoutOnes{});  // (8, BLK_N), !kPvSumInPv
 
     Tensor tSrQ = thr_mma_qk.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K) descriptors
     Tensor tSrK = thr_mma_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, PIPE) descriptors
     Tensor tSrS = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N) fp32
     Tensor cS = make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{});  // (BLK_M, BLK_N) -> (row, col)
     Tensor tOrP = make_tensor<Element>(partition_shape_A(tiled_mma_pv, Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_K)
-    Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvChunk>>{});  // (MMA, MMA_M, 1) fp32
+    // One dv chunk of P V (+ the ones block of row sums when kPvSumInPv): (MMA, MMA_M, 1) fp32.
+    Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvTileN>>{});
     Tensor tSrOnes = thr_mma_pv_sum.partition_fragment_B(sOnes);  // (MMA, MMA_N, MMA_K) descriptors
     Tensor tOrPvSum = partition_fragment_C(tiled_mma_pv_sum, Shape<Int<kBlockM>, _8>{});  // (MMA, MMA_M, 1) fp32
     static_assert(decltype(size(tOrPvSum))::value == 4, "one n8 block: (column pair, row half)");
 
-    // The PV B operand for dv chunk `chunk` of V^T stage `stage`: (MMA, MMA_N, MMA_K) descriptors.
+    // The PV B operand for dv chunk `chunk` of V^T stage `stage` (with the ones rows when kPvSumInPv):
+    // (MMA, MMA_N, MMA_K) descriptors.
     auto vt_operand = [&](int chunk, int stage) {
-      Tensor sVtChunk = local_tile(sVt(_, _, stage), Shape<Int<kPvChunk>, Int<kBlockN>>{}, make_coord(chunk, _0{}));  // (CHUNK, BLK_N)
+      Tensor sVtChunk = local_tile(sVt(_, _, stage), Shape<Int<kPvTileN>, Int<kBlockN>>{}, make_coord(chunk, _0{}));  // (PV_TILE_N, BLK_N)
       return thr_mma_pv.partition_fragment_B(sVtChunk);
     };
-    // O chunk = O chunk * rescale + O_tile, after the tile's GEMM has completed.
+    // O chunk = O chunk * rescale + O_tile, after the tile's GEMM has completed. The O chunk's n8 blocks are
+    // the first ones of O_tile; the ones block, when there, is its last.
     auto fold = [&](int chunk, const float (&rescale)[2]) {
       Tensor tOrOChunk = tOrO(_, _, chunk);
       CUTE_UNROLL
-      for (int i = 0; i < size(tOrOTile); ++i) {
+      for (int i = 0; i < size(tOrOChunk); ++i) {
         // Accumulator flat index i = c + 2*h + 4*j: row half h = (i / 2) % 2.
         tOrOChunk(i) = fmaf(tOrOChunk(i), rescale[(i / 2) % 2], tOrOTile(i));
       }
@@ -109,22 +115,28 @@ struct MainloopMma {
       warpgroup_fence_operand(tOrPvSum);
       gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv_sum, tOrP, tSrOnes, tOrPvSum);
     };
-    // After the GEMM has completed: the block's sums of rounded P folded like O.
+    // After the GEMM has completed: the block's sums of rounded P folded like O. Accumulator flat index
+    // c + 2*h + 4*j: column 0 of the ones block j, row halves h = 0, 1.
     auto fold_pv_sum = [&](const float (&rescale)[2]) {
-      warpgroup_fence_operand(tOrPvSum);
-      const float tile_sum[2] = {tOrPvSum(0), tOrPvSum(2)};  // flat index c + 2*h: column 0 of each row half
-      softmax.fold_pv_sum(rescale, tile_sum);
+      if constexpr (Traits::kPvSumInPv) {
+        constexpr int kOnesBlock = 4 * (kPvChunk / 8);
+        const float tile_sum[2] = {tOrOTile(kOnesBlock), tOrOTile(kOnesBlock + 2)};
+        softmax.fold_pv_sum(rescale, tile_sum);
+      } else {
+        warpgroup_fence_operand(tOrPvSum);
+        const float tile_sum[2] = {tOrPvSum(0), tOrPvSum(2)};
+        softmax.fold_pv_sum(rescale, tile_sum);
+      }
     };
     auto issue_pv = [&](int chunk, int stage) {
       warpgroup_fence_operand(tOrP);
       warpgroup_fence_operand(tOrOTile);
       warpgroup_arrive();
       gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv, tOrP, vt_operand(chunk, stage), tOrOTile);
-      if (kPvSumWithFirstChunk && chunk == 0) { gemm_pv_sum(); }
       warpgroup_commit_batch();
     };
-    // The remaining dv chunks of a block's P V, one after the other through the one tile accumulator; with
-    // chunks, P x ones runs last, alone, when the tile accumulator is free (its registers are then reused).
+    // The remaining dv chunks of a block's P V, one after the other through the one tile accumulator; then,
+    // for chunked P V, P x ones alone.
     auto pv_remaining_chunks = [&](int stage, const float (&rescale)[2]) {
       CUTE_UNROLL
       for (int chunk = 1; chunk < Traits::kNumPvChunks; ++chunk) {
@@ -133,7 +145,7 @@ struct MainloopMma {
         warpgroup_fence_operand(tOrOTile);
         fold(chunk, rescale);
       }
-      if constexpr (!kPvSumWithFirstChunk) {
+      if constexpr (kPvSumAfterChunks) {
         warpgroup_arrive();
         gemm_pv_sum();
         warpgroup_commit_batch();
@@ -143,20 +155,22 @@ struct MainloopMma {
     // Single-level accumulation (built only to measure what two-level accumulation buys, see
     // Traits::kTwoLevel): O is rescaled first and every chunk accumulates into it on the tensor cores.
     auto issue_pv_into_o = [&](int stage, const float (&rescale)[2]) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(tOrO); ++i) { tOrO(i) *= rescale[(i / 2) % 2]; }
-      warpgroup_fence_operand(tOrP);
-      warpgroup_fence_operand(tOrO);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int chunk = 0; chunk < Traits::kNumPvChunks; ++chunk) {
-        // (MMA, MMA_M, 1): the chunk keeps its N mode, as the GEMM expects.
-        Tensor tOrOChunk = make_tensor(tOrO.data() + chunk * stride<2>(tOrO),
-                                       make_layout(layout<0>(tOrO), layout<1>(tOrO), Layout<_1, _0>{}));
-        gemm_k_steps</*kZeroInit=*/false>(tiled_mma_pv, tOrP, vt_operand(chunk, stage), tOrOChunk);
+      if constexpr (!Traits::kTwoLevel) {  // its P V tile is plain dv chunks (kPvTileN == kPvChunk)
+        CUTE_UNROLL
+        for (int i = 0; i < size(tOrO); ++i) { tOrO(i) *= rescale[(i / 2) % 2]; }
+        warpgroup_fence_operand(tOrP);
+        warpgroup_fence_operand(tOrO);
+        warpgroup_arrive();
+        CUTE_UNROLL
+        for (int chunk = 0; chunk < Traits::kNumPvChunks; ++chunk) {
+          // (MMA, MMA_M, 1): the chunk keeps its N mode, as the GEMM expects.
+          Tensor tOrOChunk = make_tensor(tOrO.data() + chunk * stride<2>(tOrO),
+                                         make_layout(layout<0>(tOrO), layout<1>(tOrO), Layout<_1, _0>{}));
+          gemm_k_steps</*kZeroInit=*/false>(tiled_mma_pv, tOrP, vt_operand(chunk, stage), tOrOChunk);
+        }
+        gemm_pv_sum();
+        warpgroup_commit_batch();
       }
-      gemm_pv_sum();
-      warpgroup_commit_batch();
     };
     // P V of the previous block: issue (overlapping what follows), then complete after warpgroup_wait.
     auto issue_pv_previous = [&](int stage, const float (&rescale)[2]) {

@@ -45,11 +45,18 @@ struct VTransposePlan {
   using LayoutLoadStage = decltype(take<0, 2>(typename Traits::SmemLayoutVLoad{}));
   using LayoutStoreStage = decltype(take<0, 2>(typename Traits::SmemLayoutVt{}));
   static constexpr int kLoadStageBytes = kBlockN * kHeadDimV;
-  static constexpr int kStoreStageBytes = kHeadDimV * kBlockN;
-  // Bits below kSwizzlePeriod are the only ones any swizzle reads or writes (1024 B for the 128-byte swizzle);
-  // offsets that are multiples of it pass through a swizzle unchanged, so they can be added after the XOR.
-  static constexpr uint32_t kSwizzlePeriod = 1024;
-  static_assert(kLoadStageBytes % kSwizzlePeriod == 0 && kStoreStageBytes % kSwizzlePeriod == 0,
+  static constexpr int kStoreStageBytes = Traits::kVtRows * kBlockN;  // dv rows (+ the ones rows, never written here)
+  // A swizzle Swizzle<B, M, S> reads and writes only the address bits below 2^(B + M + S) (1024 B for the 128-byte
+  // swizzle, 256 B for the 32-byte one); offsets that are multiples of that period pass through it unchanged, so
+  // they can be added after the XOR.
+  template <class Layout>
+  static constexpr uint32_t swizzle_period() {
+    using Swizzle = typename get_swizzle<Layout>::type;
+    return uint32_t(1) << (Swizzle::num_bits + Swizzle::num_base + Swizzle::num_shft);
+  }
+  static constexpr uint32_t kLoadSwizzlePeriod = swizzle_period<typename Traits::SmemLayoutVLoad>();
+  static constexpr uint32_t kStoreSwizzlePeriod = swizzle_period<typename Traits::SmemLayoutVt>();
+  static_assert(kLoadStageBytes % kLoadSwizzlePeriod == 0 && kStoreStageBytes % kStoreSwizzlePeriod == 0,
                 "a pipeline stage must not shift the swizzle pattern");
 
   CUTE_HOST_DEVICE static constexpr int key_group(int unit) { return unit % kKeyGroups; }
@@ -80,8 +87,15 @@ struct VTransposePlan {
   }
   // The address of a unit from a lane base (buffer + stage * stage bytes + lane offset; the buffer is aligned
   // to the swizzle period): XOR the unit's low bits, add its high bits (an immediate of the instruction).
+  template <uint32_t kPeriod>
   CUTE_HOST_DEVICE static constexpr uint32_t unit_address(uint32_t lane_base, uint32_t unit_offset) {
-    return (lane_base ^ (unit_offset % kSwizzlePeriod)) + (unit_offset - unit_offset % kSwizzlePeriod);
+    return (lane_base ^ (unit_offset % kPeriod)) + (unit_offset - unit_offset % kPeriod);
+  }
+  CUTE_HOST_DEVICE static constexpr uint32_t load_address(uint32_t lane_base, int unit) {
+    return unit_address<kLoadSwizzlePeriod>(lane_base, load_unit_offset(unit));
+  }
+  CUTE_HOST_DEVICE static constexpr uint32_t store_address(uint32_t lane_base, int unit) {
+    return unit_address<kStoreSwizzlePeriod>(lane_base, store_unit_offset(unit));
   }
   // Byte-permute selectors of a lane: its first and second stored register get column c (even bytes,
   // 0x6420) and c + 1 (odd bytes, 0x7531), swapped for lanes 16-31 (stmatrix rows 4-7).
@@ -113,13 +127,13 @@ struct VTransposeWarp {
     constexpr int kMyUnits = (Plan::kUnits - kWarp + Plan::kWarps - 1) / Plan::kWarps;
     static_assert(kMyUnits >= 1, "every transpose warp has a unit");
     uint32_t current[4];
-    ldsm_x4_trans(Plan::unit_address(lane_load_base, Plan::load_unit_offset(kWarp)), current);
+    ldsm_x4_trans(Plan::load_address(lane_load_base, kWarp), current);
     CUTE_UNROLL
     for (int i = 0; i < kMyUnits; ++i) {
       const int unit = kWarp + i * Plan::kWarps;
       uint32_t next[4];
       if (i + 1 < kMyUnits) {
-        ldsm_x4_trans(Plan::unit_address(lane_load_base, Plan::load_unit_offset(unit + Plan::kWarps)), next);
+        ldsm_x4_trans(Plan::load_address(lane_load_base, unit + Plan::kWarps), next);
       }
       // After .trans, current[m] = bytes {V[k][c], V[k][c+1], V[k+1][c], V[k+1][c+1]} with
       // k = key0 + 2 * (lane % 4) (+8 for odd m) and c = dv0 + 2 * (lane / 4) (+16 for m >= 2).
@@ -131,7 +145,7 @@ struct VTransposeWarp {
           current[m] &= (key < valid_keys ? 0x0000ffffu : 0u) | (key + 1 < valid_keys ? 0xffff0000u : 0u);
         }
       }
-      stsm_x4(Plan::unit_address(lane_store_base, Plan::store_unit_offset(unit)),
+      stsm_x4(Plan::store_address(lane_store_base, unit),
               __byte_perm(current[0], current[1], first_selector), __byte_perm(current[0], current[1], second_selector),
               __byte_perm(current[2], current[3], first_selector), __byte_perm(current[2], current[3], second_selector));
       if (i + 1 < kMyUnits) {

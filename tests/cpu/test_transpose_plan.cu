@@ -58,14 +58,12 @@ struct PlanChecker {
       for (int unit = 0; unit < Plan::kUnits; ++unit) {
         const int key0 = 16 * Plan::key_group(unit), dv0 = 32 * Plan::dv_block(unit);
         for (int lane = 0; lane < 32; ++lane) {
-          const uint32_t load = Plan::unit_address(stage * Plan::kLoadStageBytes + Plan::load_lane_offset(lane),
-                                                   Plan::load_unit_offset(unit));
+          const uint32_t load = Plan::load_address(stage * Plan::kLoadStageBytes + Plan::load_lane_offset(lane), unit);
           const uint32_t load_expected = uint32_t(
               layout_load(key0 + Plan::load_lane_key(lane), dv0 + Plan::load_lane_byte(lane), stage));
           ASSERT_EQ(load, load_expected) << name << ": ldmatrix address, stage " << stage << " unit " << unit
                                          << " lane " << lane;
-          const uint32_t store = Plan::unit_address(stage * Plan::kStoreStageBytes + Plan::store_lane_offset(lane),
-                                                    Plan::store_unit_offset(unit));
+          const uint32_t store = Plan::store_address(stage * Plan::kStoreStageBytes + Plan::store_lane_offset(lane), unit);
           const uint32_t store_expected = uint32_t(layout_store(dv0 + Plan::store_lane_dv(lane), key0, stage));
           ASSERT_EQ(store, store_expected) << name << ": stmatrix address, stage " << stage << " unit " << unit
                                            << " lane " << lane;
@@ -90,10 +88,8 @@ struct PlanChecker {
       for (int unit = warp; unit < Plan::kUnits; unit += Plan::kWarps, ++units_done) {
         uint32_t load_address[32], store_address[32], regs[32][4];
         for (int lane = 0; lane < 32; ++lane) {
-          load_address[lane] = Plan::unit_address(stage * Plan::kLoadStageBytes + Plan::load_lane_offset(lane),
-                                                  Plan::load_unit_offset(unit));
-          store_address[lane] = Plan::unit_address(stage * Plan::kStoreStageBytes + Plan::store_lane_offset(lane),
-                                                   Plan::store_unit_offset(unit));
+          load_address[lane] = Plan::load_address(stage * Plan::kLoadStageBytes + Plan::load_lane_offset(lane), unit);
+          store_address[lane] = Plan::store_address(stage * Plan::kStoreStageBytes + Plan::store_lane_offset(lane), unit);
         }
         expect_conflict_free(load_address, "ldmatrix", unit);
         expect_conflict_free(store_address, "stmatrix", unit);
