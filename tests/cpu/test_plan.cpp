@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/extents.h"
+#include "common/fake_device.h"
 #include "fp8attn/c_api.h"
 #include "fp8attn/fp8attn.h"
 #include "host/config.h"
@@ -36,24 +37,13 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
+using fp8attn_test::fake;
+using fp8attn_test::h200;
 using fp8attn::DeviceInfo;
 using fp8attn::FwdParams;
 using fp8attn::FwdPlan;
 using fp8attn::Status;
 using fp8attn::StatusCode;
-
-DeviceInfo h200() {
-  DeviceInfo d;
-  d.cc_major = 9;
-  d.cc_minor = 0;
-  d.num_sms = 132;
-  return d;
-}
-
-template <typename T = void>
-T* fake(uintptr_t slot) {
-  return reinterpret_cast<T*>(uintptr_t{0x7f0000000000} + slot * 0x10000000);
-}
 
 // vLLM-style paged decode: 32 sequences of one token, 32:8 heads, 16-token pages, up to 32k keys.
 FwdParams paged_decode(int head_dim = 128) {

@@ -18,10 +18,13 @@
 #include "fp8attn/c_api.h"
 #include "fp8attn/fp8attn.h"
 #include "common/extents.h"
+#include "common/fake_device.h"
 #include "host/head_dims.h"
 
 namespace {
 
+using fp8attn_test::fake;
+using fp8attn_test::h200;
 using fp8attn::DeviceInfo;
 using fp8attn::FwdParams;
 using fp8attn::Status;
@@ -34,20 +37,6 @@ using ::testing::AssertionSuccess;
 
 constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
 constexpr StatusCode kUnsupported = StatusCode::kNotSupported;
-
-DeviceInfo h200() {
-  DeviceInfo d;
-  d.cc_major = 9;
-  d.cc_minor = 0;
-  d.num_sms = 132;
-  return d;
-}
-
-// A distinct fake device address per slot, 256-byte aligned like cudaMalloc's.
-template <typename T = void>
-T* fake(uintptr_t slot) {
-  return reinterpret_cast<T*>(uintptr_t{0x7f0000000000} + slot * 0x10000000);
-}
 
 template <typename T>
 T* offset_bytes(T* ptr, int64_t bytes) {

@@ -65,12 +65,6 @@ constexpr uint32_t kPoisonLse = 0xFFFFFFFF;
 constexpr double kLseAbsoluteSlack = 1e-3;             // natural log
 constexpr double kScoreRelativeError = 1.0 / 2048.0;  // 2^-11 per unit of M_row
 
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
-  }
-}
-
 template <typename T>
 std::string join(const std::vector<T>& values) {
   std::ostringstream os;
@@ -995,5 +989,14 @@ void expect_case_passes(const Case& c, Metrics* metrics) {
   if (metrics) *metrics = m;
   EXPECT_TRUE(m.passed) << m.failure;
 }
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+  }
+}
+
+Stream::Stream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+Stream::~Stream() { cudaStreamDestroy(stream_); }
 
 }  // namespace fp8attn_test

@@ -192,4 +192,20 @@ std::string dev_build_skip(const fp8attn::Status& status, int head_dim, int head
 // "f16" / "bf16" and so on, for test names and messages.
 const char* dtype_label(fp8attn_dtype dtype);
 
+// Throws std::runtime_error naming `what` and the CUDA error when err is not cudaSuccess.
+void check_cuda(cudaError_t err, const char* what);
+
+// A non-blocking CUDA stream, destroyed with the object.
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 }  // namespace fp8attn_test

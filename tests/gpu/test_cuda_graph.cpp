@@ -41,11 +41,6 @@
 namespace fp8attn_test {
 namespace {
 
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
-}
-
 // ---- the capture's host-known sizes (vLLM: batch size of the graph, max_model_len, block size) ----------
 constexpr int kBatch = 4;
 constexpr int kMaxSeqlenK = 8192;
@@ -298,16 +293,6 @@ struct CapturedCall {
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
   }
-};
-
-class Stream {
- public:
-  Stream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
 };
 
 // The split count the config chose, for messages, read back from the workspace size (fp32 O and LSE partials

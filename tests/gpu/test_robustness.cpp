@@ -30,20 +30,6 @@ namespace {
 
 using fp8attn::StatusCode;
 
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-class Stream {
- public:
-  Stream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
 // Int32 values in device memory of the current device.
 class DeviceInts {
  public:
