@@ -181,8 +181,9 @@ int main() {
   std::printf(
       "\nWhat the numbers mean: 'exact' is fp64 attention on the same E4M3 inputs with the descales applied;\n"
       "'emul' computes at the GPU kernel's precision (fp32 scores, P = exp2(s - max + 8) rounded to E4M3 before\n"
-      "the PV product, fp32 accumulation). Their difference is the error FP8 P itself costs. The SM90 kernel is\n"
-      "held to 'GPU bound' = 2 x max|emul - exact| + 2 ulp(bf16) against 'exact'. LSE is the natural-log\n"
+      "the PV product and in the sum that normalises it, fp32 accumulation). Their difference is the error FP8 P\n"
+      "itself costs. The SM90 kernel is held to 'GPU bound' = 2 x max|emul - exact| + 2 ulp(bf16) against\n"
+      "'exact'. LSE is the natural-log\n"
       "softmax denominator per (head, row), as the kernel returns it.\n");
 
   int devices = 0;

@@ -262,9 +262,11 @@ struct Row {
   std::vector<Real> weights;
   std::vector<Real> acc;  // sum_j P_j v_j, [head_dim_v]
   // Set by make_weights(), used by finish(): the offset the weights are relative to (kExact: the row
-  // max in natural units; kEmulation: max_scaled in log2 units) and the sum of the (unrounded) weights.
+  // max in natural units; kEmulation: max_scaled in log2 units), the sum of the (unrounded) weights, and
+  // (kEmulation) the sum of the weights as rounded to E4M3, which normalises the output as in the kernel.
   double weight_offset = 0.0;
   double row_sum = 0.0;
+  double pv_sum = 0.0;
 };
 
 // scores[t] += q . k_t for `count` keys of a transposed K chunk, summing over the head dim in order. The
@@ -315,38 +317,42 @@ void finish(const TaskConstants& constants, const Row<double>& row, double* out,
 }
 
 // kEmulation, the kernel's arithmetic: P = exp2(s * scale_log2 - max_scaled) with
-// max_scaled = max(s) * scale_log2 - 8, both through FFMA as the kernel computes them; the fp32 row sum
-// takes the unrounded P, and PV takes P rounded to E4M3.
+// max_scaled = max(s) * scale_log2 - 8, both through FFMA as the kernel computes them; PV takes P rounded
+// to E4M3 and is normalised by the sum of those rounded P (the kernel's P x ones), while the LSE takes the
+// fp32 sum of the unrounded P.
 void make_weights(const TaskConstants& constants, Row<float>* row) {
   // As FlashAttention: softmax_scale * log2(e) is formed on the host, the descales multiply it on the device.
   const float scale_log2 =
       static_cast<float>(constants.softmax_scale * kLog2e) * (constants.q_descale * constants.k_descale);
   const float row_max = *std::max_element(row->weights.begin(), row->weights.end());
   const float max_scaled = std::fma(row_max, scale_log2, -kPExponentOffset);
-  float row_sum = 0.0f;
+  float row_sum = 0.0f, pv_sum = 0.0f;
   for (float& weight : row->weights) {
     const float p = std::exp2(std::fma(weight, scale_log2, -max_scaled));
     row_sum += p;
     weight = e4m3_to_float(float_to_e4m3(p));
+    pv_sum += weight;
   }
   row->weight_offset = max_scaled;
   row->row_sum = row_sum;
+  row->pv_sum = pv_sum;
 }
 
 void finish(const TaskConstants& constants, const Row<float>& row, double* out, double* lse) {
   // In log2 units the keys contribute 2^keys_log2, keys_log2 = max_scaled + log2(row_sum), and a sink
   // 2^(sink * log2 e) (the kernel adds exp2(sink * log2e - max_scaled) to row_sum). Combining the two as a
   // log-sum-exp keeps a sink far above the scores from overflowing.
-  const double keys_log2 = row.weight_offset + std::log2(row.row_sum);
-  double total_log2 = keys_log2;
-  if (constants.has_sink) {
+  auto with_sink_log2 = [&](double keys_log2) {
+    if (!constants.has_sink) return keys_log2;
     const double sink_log2 = row.sink * kLog2e;
     const double larger = std::max(keys_log2, sink_log2);
-    total_log2 = larger + std::log2(1.0 + std::exp2(std::min(keys_log2, sink_log2) - larger));
-  }
-  const double out_scale = constants.v_descale / row.row_sum * std::exp2(keys_log2 - total_log2);
+    return larger + std::log2(1.0 + std::exp2(std::min(keys_log2, sink_log2) - larger));
+  };
+  const double keys_log2 = row.weight_offset + std::log2(row.row_sum);
+  const double pv_keys_log2 = row.weight_offset + std::log2(row.pv_sum);
+  const double out_scale = constants.v_descale / row.pv_sum * std::exp2(pv_keys_log2 - with_sink_log2(pv_keys_log2));
   for (size_t c = 0; c < row.acc.size(); ++c) out[c] = row.acc[c] * out_scale;
-  *lse = total_log2 * kLn2;
+  *lse = with_sink_log2(keys_log2) * kLn2;
 }
 
 // Each worker's buffers, reused from task to task.

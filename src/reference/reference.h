@@ -10,8 +10,9 @@
 //
 //   kExact:     fp64 attention on the FP8-decoded inputs, descales applied (the reference of docs/accuracy.md).
 //   kEmulation: the kernel's precision: scores in fp32 with folded descales, P = exp2(s - m + 8)
-//               rounded to E4M3 before PV (row max over the whole row, sums of the unrounded P),
-//               fp32 accumulation, v_descale and 1/sum at the end. The error bar (docs/accuracy.md) is
+//               rounded to E4M3 before PV (row max over the whole row), fp32 accumulation, the output
+//               normalised by the sum of the rounded P (the kernel's P x ones) and v_descale, the LSE from
+//               the sum of the unrounded P. The error bar (docs/accuracy.md) is
 //               max|out - exact| <= 2 * max|emulation - exact| + 2 ulp(bf16).
 #pragma once
 

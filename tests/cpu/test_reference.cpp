@@ -175,11 +175,12 @@ TEST(Reference, EmulationRoundsPToE4m3) {
   fp8attn_fwd_params p = in.params();
   p.softmax_scale = 0.5f;
   // The kernel's P: 2^8 at the row max (key 0), 2^(8 - 1.75 log2 e) = 44.49 for key 1. E4M3 steps by 4 in
-  // [32, 64), so P8 = 44; the row sum uses the unrounded 44.49.
+  // [32, 64), so P8 = 44. The output is normalised by the sum of the rounded P (the kernel's P x ones); the
+  // LSE by the exact one.
   const double p1 = std::exp2(8.0 - 1.75 / std::log(2.0));
   ASSERT_GT(p1, 44.0);
   ASSERT_LT(p1, 46.0);
-  const double sum = 256.0 + p1;
+  const double sum = 256.0 + 44.0;
   const Result r = run(p, Mode::kEmulation);
   EXPECT_NEAR(out_at(r, 1, 2, 0, 0, 0), (256.0 * 1 + 44.0 * 4) / sum, 1e-5);
   EXPECT_NEAR(out_at(r, 1, 2, 0, 0, 1), (256.0 * -2 + 44.0 * 0.5) / sum, 1e-5);
@@ -298,6 +299,14 @@ fp8attn_descale matrix_descale(const float* values, int batch, int heads, int64_
   return d;
 }
 
+// Two keys with logits l0 (the row max) and 0: key 0's share of the output normaliser, exp(l0) / (exp(l0) + 1)
+// exactly; in the emulation 2^8 / (2^8 + P1) with key 1's P1 = 2^8 e^-l0 rounded to E4M3, as the kernel sums it.
+double output_weight_of_key0(double l0, Mode mode) {
+  if (mode == Mode::kExact) return std::exp(l0) / (std::exp(l0) + 1.0);
+  const double p1 = e4m3_to_float(float_to_e4m3(static_cast<float>(256.0 * std::exp(-l0))));
+  return 256.0 / (256.0 + p1);
+}
+
 TEST(Reference, ScalarDescalesScaleLogitsAndOutput) {
   DenseInputs in = descale_inputs(1, 1);
   fp8attn_fwd_params p = in.params();
@@ -307,12 +316,12 @@ TEST(Reference, ScalarDescalesScaleLogitsAndOutput) {
   p.k_descale = scalar_descale(&k_descale);
   p.v_descale = scalar_descale(&v_descale);
   const double l0 = 0.5 * 2.0 * 1.5;
-  // Key 0 holds the row max, so its P is 2^8 in the emulation too, and key 1 adds only to the (unrounded)
-  // sum: both modes agree to fp32 precision.
+  // Key 0 holds the row max, so its P is 2^8 in the emulation too, and key 1 (v = 0) adds only to the sums:
+  // the exact one in both modes' LSE, its E4M3-rounded P to the emulation's output normaliser.
   for (Mode mode : {Mode::kExact, Mode::kEmulation}) {
     const double tolerance = mode == Mode::kExact ? 1e-12 : 1e-6;
     const Result r = run(p, mode);
-    EXPECT_NEAR(out_at(r, 1, 1, 0, 0, 0), 0.25 * std::exp(l0) / (std::exp(l0) + 1.0), tolerance);
+    EXPECT_NEAR(out_at(r, 1, 1, 0, 0, 0), 0.25 * output_weight_of_key0(l0, mode), tolerance);
     EXPECT_NEAR(lse_at(r, 0, 0), std::log(std::exp(l0) + 1.0), tolerance);  // dequantised units, no v_descale
   }
 }
@@ -332,7 +341,7 @@ TEST(Reference, PerBatchAndHeadDescalesWithBroadcastStrides) {
     for (int b = 0; b < 2; ++b) {
       for (int h = 0; h < 2; ++h) {
         const double l0 = q_per_head[h] * k_per_batch_head[b][h];
-        EXPECT_NEAR(out_at(r, 2, 1, b, h, 0), 3.0 * std::exp(l0) / (std::exp(l0) + 1.0), tolerance) << b << h;
+        EXPECT_NEAR(out_at(r, 2, 1, b, h, 0), 3.0 * output_weight_of_key0(l0, mode), tolerance) << b << h;
         EXPECT_NEAR(lse_at(r, b, h), std::log(std::exp(l0) + 1.0), tolerance) << b << h;
       }
     }

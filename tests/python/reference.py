@@ -3,7 +3,7 @@
 Two references per call, both on the same FP8 inputs with the descales applied:
   * ``ref``:  exact attention in float64 (what the kernel approximates);
   * ``emul``: the kernel's own precision: P = exp(s - rowmax) scaled by 2^8 and rounded to E4M3 before
-    the PV product (fp32), then normalised and rounded to the output dtype.
+    the PV product (fp32), then normalised by the sum of those rounded P and rounded to the output dtype.
 A kernel passes when max|out - ref| <= 2 * max|emul - ref| + 2 ulp_bf16(max|ref|).
 
 Everything is computed on the inputs' device (float64 on a GPU is fast enough and keeps the GPU tests
@@ -96,7 +96,8 @@ def attention_one(
     probs = torch.exp(scores - lse.unsqueeze(-1)).masked_fill(empty.unsqueeze(-1), 0.0)
     out = torch.einsum("hqk,khd->qhd", probs, vf)
 
-    # Kernel precision: fp32 scores, P biased by 2^8 and rounded to E4M3 unnormalised, fp32 PV.
+    # Kernel precision: fp32 scores, P biased by 2^8 and rounded to E4M3 unnormalised, fp32 PV, normalised by
+    # the sum of the rounded P (the kernel's P x ones; docs/design.md), plus the sink.
     s32 = scores.float()
     if seqlen_k:
         row_max = s32.amax(dim=-1, keepdim=True)
@@ -104,10 +105,10 @@ def attention_one(
         row_max = torch.full((num_heads_q, seqlen_q, 1), float("-inf"), device=scores.device)
     row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
     p32 = torch.exp(s32 - row_max)
-    denom = p32.sum(dim=-1, keepdim=True)
+    p8 = (p32 * P_OFFSET).to(torch.float8_e4m3fn).float()
+    denom = p8.sum(dim=-1, keepdim=True) / P_OFFSET
     if sink is not None:
         denom = denom + torch.exp(sink.detach().to(scores.device, torch.float32).reshape(num_heads_q, 1, 1) - row_max)
-    p8 = (p32 * P_OFFSET).to(torch.float8_e4m3fn).float()
     emul = torch.einsum("hqk,khd->qhd", p8, vf.float())
     emul = emul / (P_OFFSET * denom.clamp(min=torch.finfo(torch.float32).tiny)).permute(1, 0, 2)
     return Reference(out=out, lse=lse, emul=emul.to(out_dtype), score_magnitude=score_magnitude)
