@@ -75,10 +75,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   // The ones of the P x ones row sums (mainloop_mma.cuh), written once: rows kHeadDimV.. of every V^T stage
   // (the transpose never writes them), or the separate ones tile. WGMMA reads them through the async proxy.
   if constexpr (Traits::kPvSumInPv) {
+    // 16-byte stores over whole atoms: every byte is the same, so the swizzle inside an atom does not matter
+    // (tests/cpu/test_transpose_plan.cu checks that these blocks are exactly the ones rows).
     Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});  // (VT_ROWS, BLK_N, PIPE)
-    constexpr int kOnes = 8 * kBlockN * Traits::kStages;
-    for (int i = threadIdx.x; i < kOnes; i += Traits::kNumThreads) {
-      sVt(Traits::kHeadDimV + i % 8, (i / 8) % kBlockN, i / (8 * kBlockN)) = Traits::Element::bitcast(Traits::kE4m3One);
+    constexpr int kAtoms = kBlockN / Traits::kVtAtomBytes;          // per stage
+    constexpr int kVecsPerAtom = 8 * Traits::kVtAtomBytes / 16;    // 8 rows x atom width, in uint4
+    constexpr uint32_t kOnes4 = 0x01010101u * Traits::kE4m3One;
+    for (int i = threadIdx.x; i < Traits::kStages * kAtoms * kVecsPerAtom; i += Traits::kNumThreads) {
+      const int atom = i / kVecsPerAtom;
+      uint4* block = reinterpret_cast<uint4*>(&sVt(int(Traits::kHeadDimV), (atom % kAtoms) * Traits::kVtAtomBytes, atom / kAtoms));
+      block[i % kVecsPerAtom] = make_uint4(kOnes4, kOnes4, kOnes4, kOnes4);
     }
   } else {
     for (int i = threadIdx.x; i < Traits::kOnesBytes; i += Traits::kNumThreads) {

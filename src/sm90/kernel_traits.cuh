@@ -96,6 +96,9 @@ struct KernelTraits {
   static constexpr bool kPvSumInPv = kNumPvChunks == 1 && kTwoLevel;
   static constexpr int kPvTileN = kPvSumInPv ? kPvChunk + 8 : kPvChunk;  // N of the P V GEMM
   static constexpr int kVtRows = kPvSumInPv ? kHeadDimV + 8 : kHeadDimV;  // rows of one V^T stage
+  // Width of V^T's swizzle atom (k_major_swizzle_atom<Element, kBlockN>): a stage is 8-row atoms, so the 8
+  // ones rows are kBlockN / kVtAtomBytes contiguous blocks of 8 x kVtAtomBytes bytes each.
+  static constexpr int kVtAtomBytes = kBlockN % 128 == 0 ? 128 : kBlockN % 64 == 0 ? 64 : 32;
   // O_tile = P V^T-view (+ ones): (kBlockM, kPvTileN) accumulated over kBlockN, P from registers.
   using TiledMmaPvTile = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kPvTileN>, Int<kBlockN>>>(),

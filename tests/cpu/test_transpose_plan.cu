@@ -72,6 +72,28 @@ struct PlanChecker {
     }
   }
 
+  // The ones rows of every stage (kPvSumInPv) are the blocks fwd_kernel.cuh fills with 16-byte stores: per stage
+  // and atom column, 8 x kVtAtomBytes contiguous bytes starting at the atom's first element.
+  void check_ones_blocks() const {
+    if constexpr (Traits::kPvSumInPv) {
+      typename Traits::SmemLayoutVt layout_store;
+      for (int stage = 0; stage < kStages; ++stage) {
+        for (int atom = 0; atom < Traits::kBlockN / Traits::kVtAtomBytes; ++atom) {
+          const int col0 = atom * Traits::kVtAtomBytes;
+          const int64_t first = layout_store(Traits::kHeadDimV, col0, stage);
+          ASSERT_EQ(first % 16, 0) << name << ": ones block not 16-byte aligned";
+          std::set<int64_t> expected;
+          for (int r = 0; r < 8; ++r)
+            for (int c = 0; c < Traits::kVtAtomBytes; ++c)
+              expected.insert(layout_store(Traits::kHeadDimV + r, col0 + c, stage));
+          ASSERT_EQ(int64_t(expected.size()), int64_t(8 * Traits::kVtAtomBytes));
+          ASSERT_EQ(*expected.begin(), first) << name << ": stage " << stage << " atom " << atom;
+          ASSERT_EQ(*expected.rbegin(), first + 8 * Traits::kVtAtomBytes - 1) << name << ": stage " << stage;
+        }
+      }
+    }
+  }
+
   // Emulates the three transpose warps on one stage; valid_keys < BLK_N exercises the masked path.
   void check_data(int valid_keys) const {
     typename Traits::SmemLayoutVLoad layout_load;
@@ -144,6 +166,7 @@ void check_kernel() {
                               std::to_string(kBlockM) + " n" + std::to_string(kBlockN)};
   SCOPED_TRACE(checker.name);
   checker.check_addresses();
+  checker.check_ones_blocks();
   for (int valid_keys : {kBlockN, kBlockN - 1, 17, 1}) { checker.check_data(valid_keys); }
 }
 
