@@ -95,18 +95,27 @@ def capture_graph(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def time_graph(graph: torch.cuda.CUDAGraph, *, warmup: int = 3, iters: int = 50) -> float:
-    """Median milliseconds of one graph replay, each replay between its own CUDA events."""
+def median_event_ms(run: Callable[[], Any], *, flush: Optional[L2Flush] = None, warmup: int = 3,
+                    iters: int = 50) -> float:
+    """Median milliseconds of run(), each run between its own CUDA events, after ``warmup`` untimed runs; with
+    ``flush``, the L2 is flushed before each run, outside the events."""
     for _ in range(warmup):
-        graph.replay()
+        run()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for start, end in zip(starts, ends):
+        if flush is not None:
+            flush()
         start.record()
-        graph.replay()
+        run()
         end.record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def time_graph(graph: torch.cuda.CUDAGraph, *, warmup: int = 3, iters: int = 50) -> float:
+    """Median milliseconds of one graph replay, each replay between its own CUDA events."""
+    return median_event_ms(graph.replay, warmup=warmup, iters=iters)
 
 
 def time_back_to_back(fn: Callable[[], Any], *, flush: Optional[L2Flush], warmup: int = 3, iters: int = 20,
@@ -125,18 +134,7 @@ def time_back_to_back(fn: Callable[[], Any], *, flush: Optional[L2Flush], warmup
         def run() -> None:
             for _ in range(reps):
                 fn()
-    for _ in range(warmup):
-        run()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for start, end in zip(starts, ends):
-        if flush is not None:
-            flush()
-        start.record()
-        run()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / reps
+    return median_event_ms(run, flush=flush, warmup=warmup, iters=iters) / reps
 
 
 def importable(module: str) -> bool:
