@@ -152,14 +152,17 @@ def test_unsupported_head_dim_is_not_implemented() -> None:
 
 
 @pytest.mark.gpu
-def test_kernel_missing_from_the_build_is_kernel_not_compiled() -> None:
+def test_each_head_dim_runs_or_is_reported_not_compiled() -> None:
+    # A full build runs every pair; a dev build (FP8ATTN_HEAD_DIMS subset) must name the missing ones by the
+    # build option, never fail later inside the launch. Either way every pair is exercised, so nothing skips.
     compiled = {tuple(int(w.split("=")[1]) for w in line.split()[:2]) for line in fp8attn.compiled_kernels()}
-    missing = [(d, dv) for d, dv in ((64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128))
-               if (d, dv) not in compiled]
-    if not missing:
-        pytest.skip("every head dim is compiled into this build")
-    d, dv = missing[0]
-    q = torch.zeros(1, 16, 4, d, device="cuda").to(torch.float8_e4m3fn)
-    v = torch.zeros(1, 16, 4, dv, device="cuda").to(torch.float8_e4m3fn)
-    with pytest.raises(fp8attn.KernelNotCompiledError, match="FP8ATTN_HEAD_DIMS"):
-        fp8attn.flash_attn_func(q, q, v)
+    for d, dv in ((64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128)):
+        q = torch.zeros(1, 16, 4, d, device="cuda").to(torch.float8_e4m3fn)
+        v = torch.ones(1, 16, 4, dv, device="cuda").to(torch.float8_e4m3fn)
+        if (d, dv) in compiled:
+            out = fp8attn.flash_attn_func(q, q, v)
+            assert out.shape == (1, 16, 4, dv)
+            assert torch.equal(out.float(), torch.ones_like(out, dtype=torch.float32)), (d, dv)
+        else:
+            with pytest.raises(fp8attn.KernelNotCompiledError, match="FP8ATTN_HEAD_DIMS"):
+                fp8attn.flash_attn_func(q, q, v)
