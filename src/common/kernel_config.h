@@ -41,6 +41,13 @@ struct KernelConfig {
   int num_m_blocks = 0;      // M tiles per (batch, head) — per (batch, kv head) when pack_gqa
   int64_t partial_rows = 0;  // query rows: total_q (varlen) or batch * seqlen_q (dense)
   unsigned grid_x = 0, grid_y = 0, grid_z = 0;  // (m_blocks, heads, batch * splits)
+  // The order in which the CTAs, dispatched in linear block order, take the tiles (sm90/tile_scheduler.cuh).
+  // reverse_m: under a bounded right side (causal, window) later M blocks have more keys, so with at least 16
+  // M blocks the linear order visits M blocks from the last (longest first), in sections of tile_order_rows (head, sequence, split)
+  // rows so that the CTAs running at once read the K/V of at most that many rows (it fits in L2). Otherwise
+  // the grid's own order: every M block of a head, then the next head.
+  bool reverse_m = false;
+  int tile_order_rows = 1;
 
   // The one definition of a split-KV call: the forward kernel writes fp32 partials into the workspace and
   // the combine kernel reduces them into out/lse. Everything else asks this, host and device alike (the

@@ -28,6 +28,10 @@ ProblemShape describe_problem(const fp8attn_fwd_params& p, const DeviceInfo& dev
 namespace {
 
 constexpr int kMaxGridZ = 65535;
+// K/V bytes that the CTAs running at once may share through L2 (H100/H200: 50 MB of L2, in two halves).
+constexpr int64_t kL2BytesForTileOrder = int64_t{24} << 20;
+// Longest-first order only where the tile lengths spread enough for it to pay.
+constexpr int kMinMBlocksForLongestFirst = 16;
 
 int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
@@ -98,6 +102,15 @@ KernelConfig select_config(const ProblemShape& problem) {
   c.grid_x = problem.max_seqlen_q > 0 ? static_cast<unsigned>(c.num_m_blocks) : 0u;
   c.grid_y = static_cast<unsigned>(heads);
   c.grid_z = static_cast<unsigned>(problem.batch * c.num_splits);
+  // Measured (docs/perf.md run 17): +4-9% at d128/d256 with 32 and 128 M blocks, -3.5% at d64/d256 with 8.
+  c.reverse_m = problem.window_right >= 0 && c.num_m_blocks >= kMinMBlocksForLongestFirst;
+  if (c.reverse_m) {
+    const int64_t kv_bytes_per_row = int64_t(std::max(1, problem.max_seqlen_k)) *
+                                     (problem.head_dim + problem.head_dim_v) / (c.pack_gqa ? 1 : group);
+    const int64_t rows = int64_t(c.grid_y) * c.grid_z;
+    c.tile_order_rows = int(std::clamp<int64_t>(kL2BytesForTileOrder / std::max<int64_t>(1, kv_bytes_per_row), 1,
+                                                std::max<int64_t>(1, rows)));
+  }
   return c;
 }
 

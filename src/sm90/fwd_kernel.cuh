@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  const TileCoord tile = SingleTileScheduler::tile(args.num_splits);
+  const TileCoord tile = SingleTileScheduler::tile(args);
   const SeqInfo seq(args, tile.batch);
   const PackGqa pack(args);
   // The whole CTA agrees, so no barrier is left waiting.

@@ -77,6 +77,8 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
   a.page_size = p.page_size;
   a.num_splits = config.num_splits;
   a.split_kv = config.split_kv();
+  a.reverse_m = config.reverse_m;
+  a.tile_order_rows = config.tile_order_rows;
   if (a.split_kv) {
     a.partial_rows = int(config.partial_rows);
     a.o_partial = static_cast<float*>(p.workspace);

@@ -52,6 +52,9 @@ struct FwdArgs {
   // splits (1 when unsplit); split_kv is the decision.
   int num_splits = 1;
   bool split_kv = false;
+  // Tile order (KernelConfig, tile_scheduler.cuh).
+  bool reverse_m = false;
+  int tile_order_rows = 1;
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
   int partial_rows = 0;

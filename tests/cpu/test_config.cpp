@@ -86,7 +86,8 @@ std::string describe(const KernelConfig& k) {
   std::ostringstream s;
   s << "{" << k.key.to_string() << " pack_gqa=" << k.pack_gqa << " splits=" << k.num_splits
     << " m_blocks=" << k.num_m_blocks << " partial_rows=" << k.partial_rows
-    << " grid=(" << k.grid_x << "," << k.grid_y << "," << k.grid_z << ")}";
+    << " grid=(" << k.grid_x << "," << k.grid_y << "," << k.grid_z << ") reverse_m=" << k.reverse_m
+    << " order_rows=" << k.tile_order_rows << "}";
   return s.str();
 }
 
@@ -152,6 +153,8 @@ std::string config_diff(const KernelConfig& a, const KernelConfig& b) {
   FP8ATTN_CMP(grid_x)
   FP8ATTN_CMP(grid_y)
   FP8ATTN_CMP(grid_z)
+  FP8ATTN_CMP(reverse_m)
+  FP8ATTN_CMP(tile_order_rows)
 #undef FP8ATTN_CMP
   return s.str();
 }
@@ -227,6 +230,14 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (int64_t{k.grid_z} != int64_t{c.batch} * k.num_splits) e << " grid_z != batch * num_splits;";
   if (int64_t{k.grid_y} > kMaxGridYZ || int64_t{k.grid_z} > kMaxGridYZ) e << " grid beyond CUDA's 65535 limit;";
   if (k.partial_rows != want.total_q) e << " partial_rows != total_q;";
+  // Tile order: longest tiles first exactly when a bounded right side makes later M blocks longer; sections of
+  // at least one row and at most all rows, and several rows only with that order.
+  const bool bounded_right = c.causal || c.window_right >= 0;
+  if (k.reverse_m != (bounded_right && k.num_m_blocks >= 16)) e << " reverse_m " << k.reverse_m << ";";
+  const int64_t order_rows = int64_t{k.grid_y} * k.grid_z;
+  if (k.tile_order_rows < 1 || (k.tile_order_rows > 1 && k.tile_order_rows > order_rows))
+    e << " tile_order_rows " << k.tile_order_rows << " outside 1.." << order_rows << ";";
+  if (!k.reverse_m && k.tile_order_rows != 1) e << " sections of several rows without reverse_m;";
 
   // Splits.
   if (k.num_splits < 1 || k.num_splits > kMaxSplits) e << " num_splits " << k.num_splits << " outside 1..256;";
