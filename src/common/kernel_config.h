@@ -43,9 +43,9 @@ struct KernelConfig {
   unsigned grid_x = 0, grid_y = 0, grid_z = 0;  // (m_blocks, heads, batch * splits)
   // The order in which the CTAs, dispatched in linear block order, take the tiles (sm90/tile_scheduler.cuh).
   // reverse_m: under a bounded right side (causal, window) later M blocks have more keys, so with at least 16
-  // M blocks the linear order visits M blocks from the last (longest first), in sections of tile_order_rows (head, sequence, split)
-  // rows so that the CTAs running at once read the K/V of at most that many rows (it fits in L2). Otherwise
-  // the grid's own order: every M block of a head, then the next head.
+  // M blocks the linear order visits M blocks from the last (longest first), in sections of tile_order_rows
+  // (head, sequence, split) rows so that the CTAs running at once read the K/V of at most that many rows (it
+  // fits in L2). Otherwise the grid's own order: every M block of a head, then the next head.
   bool reverse_m = false;
   int tile_order_rows = 1;
 
