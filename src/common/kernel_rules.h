@@ -1,5 +1,5 @@
-// fp8attn: launch facts shared by the host config (config.cpp) and the kernel traits (kernel_traits.cuh),
-// so the two cannot disagree. Plain constexpr C++, usable from nvcc and from the host compiler.
+// fp8attn: launch facts shared by the host (config.cpp, validate.cpp) and the kernels (kernel_traits.cuh,
+// combine.cu), so the two cannot disagree. Plain constexpr C++, usable from nvcc and from the host compiler.
 #pragma once
 
 namespace fp8attn {
@@ -15,5 +15,8 @@ constexpr int ctas_per_sm_for(int block_m, int head_dim_v) { return block_m == 6
 // K, V-as-loaded and V^T pipeline stages. Three let the load warp run two tiles ahead of the MMA
 // warpgroups; two-CTA (decode) kernels keep two so that two CTAs fit in an SM's shared memory.
 constexpr int stages_for(int block_m, int head_dim_v) { return ctas_per_sm_for(block_m, head_dim_v) == 2 ? 2 : 3; }
+
+// Most KV splits of one call: the validation's bound, and the combine kernel's shared-memory weight table.
+constexpr int kMaxSplits = 256;
 
 }  // namespace fp8attn

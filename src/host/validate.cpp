@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/kernel_rules.h"
 #include "fp8attn/fp8attn.h"
 #include "host/head_dims.h"
 #include "host/validate.h"
@@ -30,7 +31,6 @@
 namespace fp8attn {
 namespace {
 
-constexpr int kMaxSplits = 256;
 // The split-KV workspace (fp32 partial O and LSE per split) may not exceed 2 GiB: 256 splits of 16k query rows
 // x 32 heads x dv 128 would ask for ~69 GB. The heuristic's plans stay far below (its splits only fill idle
 // SMs, so splits x CTAs stays near a few waves: ~17 MB at most over a sweep of shapes, tested); only an

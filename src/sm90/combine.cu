@@ -1,54 +1,103 @@
 // fp8attn: split-KV combine. Each split wrote its rows' O (normalised within the split, v_descale applied)
 // and LSE; the combined row is O = sum_s exp(lse_s - lse) O_s with lse = log(sum_s exp(lse_s) + exp(sink)).
-// The sink joins here, once, because each split would otherwise count it. One warp per (row, q head);
-// lanes own column pairs, so partial-O reads are coalesced along dv. Deterministic for a fixed split count
-// (the reductions' order depends only on num_splits).
+// The sink joins here, once, because each split would otherwise count it. Deterministic for a fixed split
+// count (every reduction's order depends only on num_splits and dv).
+//
+// One CTA per (row, q head). The combine runs after the forward's last CTA, so its time adds to a decode step
+// in full: it is built as a latency chain of two memory round trips. Each thread owns one float4 column group
+// of some splits and issues all its partial-O loads at once, before the LSE reduction that they do not depend
+// on; the weights then come from shared memory and the split groups are summed in a fixed order. The CTA has
+// as many split groups as the splits need (launch_combine), so a 2-split plan over many rows runs one warp
+// per row. (A warp per row that walked the splits a few loads at a time took ~0.25 us per split after the
+// forward ended: 8 us of a 22 us decode step at 29 splits, docs/perf.md run 18.)
 #include "sm90/combine.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <cutlass/arch/grid_dependency_control.h>
+
+#include "common/kernel_rules.h"
 
 namespace fp8attn::sm90 {
 
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kMaxThreads = 256;
+constexpr int kMaxWarps = kMaxThreads / 32;
+// Partial-O float4 loads each thread has in flight per pass: one pass covers 4 x 256 / (dv / 4) splits
+// (32 at dv = 128, 16 at dv = 256), the decode plans' range.
+constexpr int kLoadsPerPass = 4;
 
-constexpr int kMaxColumnPairsPerLane = 4;  // dv <= 256 = 32 lanes x 2 columns x 4
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
 
-__device__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) { x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, offset)); }
-  return x;
+// The CTA-wide reduction of x, returned to every thread. scratch: one float per warp, free on entry and on
+// return. blockDim.x is a multiple of 32.
+template <class Op>
+__device__ float block_reduce(float x, Op op, float* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) { x = op(x, __shfl_xor_sync(0xffffffff, x, offset)); }
+  if (blockDim.x == 32) { return x; }
+  if (threadIdx.x % 32 == 0) { scratch[threadIdx.x / 32] = x; }
+  __syncthreads();
+  float total = scratch[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w) { total = op(total, scratch[w]); }
+  __syncthreads();
+  return total;
 }
-__device__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) { x += __shfl_xor_sync(0xffffffff, x, offset); }
-  return x;
+
+__device__ float4 fma4(float w, float4 o, float4 acc) {
+  return make_float4(fmaf(w, o.x, acc.x), fmaf(w, o.y, acc.y), fmaf(w, o.z, acc.z), fmaf(w, o.w, acc.w));
 }
 
-// The splits are spread over the lanes (lane s reads split s, s + 32, ...), so the LSE loads of all splits
-// are in flight together; a loop of dependent loads per split made this kernel latency-bound (run 5:
-// 23 us for 32 rows x 29 splits, docs/perf.md).
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(const CombineArgs args) {
-  const int warp_global = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int row = warp_global / args.num_heads_q;
-  const int head = warp_global % args.num_heads_q;
+__global__ void __launch_bounds__(kMaxThreads) combine_kernel(const CombineArgs args) {
+  __shared__ float weight[kMaxSplits];       // LSE of split s, then its weight exp(lse_s - lse)
+  __shared__ float4 group_sum[kMaxThreads];  // per thread: its splits' weighted sum of its column group
+  __shared__ float scratch[kMaxWarps];
+  const int threads = int(blockDim.x);
+  const int row = int(blockIdx.x / unsigned(args.num_heads_q));
+  const int head = int(blockIdx.x % unsigned(args.num_heads_q));
+  const int num_splits = args.num_splits;
   // Launched as a programmatic dependent of the forward kernel (launch_combine): the launch overlaps the
   // forward's tail, and this wait orders every read of the partials after the forward grid's writes.
   cutlass::arch::wait_on_dependent_grids();
-  if (row >= args.partial_rows) { return; }
   // Varlen: rows past the last sequence (padding up to total_q) belong to no sequence and stay untouched.
   if (args.cu_seqlens_q != nullptr && row >= args.cu_seqlens_q[args.batch]) { return; }
+
+  // Thread t: column group t % columns of the splits t / columns + k * groups (threads past groups * columns
+  // only help with the LSE).
+  const int columns = args.head_dim_v / 4;
+  const int groups = threads / columns;
+  const int column = threadIdx.x % columns;
+  const int group = threadIdx.x / columns;
+  const float* o_partial = args.o_partial + (int64_t(row) * args.num_heads_q + head) * args.head_dim_v + 4 * column;
+  const int64_t o_split_stride = int64_t(args.partial_rows) * args.num_heads_q * args.head_dim_v;
+  auto load_pass = [&](int first_split, float4 (&o)[kLoadsPerPass]) {
+#pragma unroll
+    for (int k = 0; k < kLoadsPerPass; ++k) {
+      const int s = first_split + group + k * groups;
+      o[k] = group < groups && s < num_splits ? *reinterpret_cast<const float4*>(o_partial + s * o_split_stride)
+                                              : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  float4 o[kLoadsPerPass];
+  load_pass(0, o);
 
   const float* lse_partial = args.lse_partial + int64_t(head) * args.partial_rows + row;
   const int64_t lse_split_stride = int64_t(args.num_heads_q) * args.partial_rows;
   float lse_max = -INFINITY;
-  for (int s = lane; s < args.num_splits; s += 32) { lse_max = fmaxf(lse_max, lse_partial[s * lse_split_stride]); }
-  lse_max = warp_max(lse_max);
+  for (int s = threadIdx.x; s < num_splits; s += threads) {
+    weight[s] = lse_partial[s * lse_split_stride];
+    lse_max = fmaxf(lse_max, weight[s]);
+  }
+  lse_max = block_reduce(lse_max, MaxOp{}, scratch);
   float sink = -INFINITY;
   if (args.sink != nullptr) {
     sink = args.sink_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[head])
@@ -56,76 +105,84 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) combine_kernel(const Comb
     lse_max = fmaxf(lse_max, sink);
   }
   float lse = -INFINITY;
-  if (lse_max != -INFINITY) {
+  if (lse_max != -INFINITY) {  // uniform: every thread has the reduced value
     float sum = 0.f;
-    for (int s = lane; s < args.num_splits; s += 32) { sum += expf(lse_partial[s * lse_split_stride] - lse_max); }
-    sum = warp_sum(sum);
+    for (int s = threadIdx.x; s < num_splits; s += threads) { sum += expf(weight[s] - lse_max); }
+    sum = block_reduce(sum, SumOp{}, scratch);
     if (sink != -INFINITY) { sum += expf(sink - lse_max); }
     lse = lse_max + logf(sum);
   }
+  // Each thread rewrites the entries it read; a split with no keys (lse_s = -inf) weighs 0.
+  for (int s = threadIdx.x; s < num_splits; s += threads) {
+    weight[s] = lse == -INFINITY ? 0.f : expf(weight[s] - lse);
+  }
+  __syncthreads();
 
-  // Lane l owns columns 2l, 2l + 1 (+ 64 c for c < 4, while below dv); weights travel from the lane that owns
-  // the split.
-  const float* o_partial = args.o_partial + (int64_t(row) * args.num_heads_q + head) * args.head_dim_v;
-  const int64_t o_split_stride = int64_t(args.partial_rows) * args.num_heads_q * args.head_dim_v;
-  float2 acc[kMaxColumnPairsPerLane];
-  for (int c = 0; c < kMaxColumnPairsPerLane; ++c) { acc[c] = make_float2(0.f, 0.f); }
-  if (lse != -INFINITY) {
-    for (int base = 0; base < args.num_splits; base += 32) {
-      const int s_mine = base + lane;
-      const float my_weight = s_mine < args.num_splits ? expf(lse_partial[s_mine * lse_split_stride] - lse) : 0.f;
-      const int count = min(32, args.num_splits - base);
-#pragma unroll 4
-      for (int j = 0; j < count; ++j) {
-        const float weight = __shfl_sync(0xffffffff, my_weight, j);
-        const float* o_split = o_partial + (base + j) * o_split_stride + 2 * lane;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int first = 0;;) {
 #pragma unroll
-        for (int c = 0; c < kMaxColumnPairsPerLane; ++c) {
-          if (2 * lane + 64 * c < args.head_dim_v) {
-            const float2 o = *reinterpret_cast<const float2*>(o_split + 64 * c);
-            acc[c].x = fmaf(weight, o.x, acc[c].x);
-            acc[c].y = fmaf(weight, o.y, acc[c].y);
-          }
-        }
-      }
+    for (int k = 0; k < kLoadsPerPass; ++k) {
+      const int s = first + group + k * groups;
+      if (s < num_splits) { acc = fma4(weight[s], o[k], acc); }
     }
+    first += kLoadsPerPass * groups;
+    if (first >= num_splits) { break; }
+    load_pass(first, o);
+  }
+  group_sum[threadIdx.x] = acc;
+  if (threadIdx.x == 0 && args.lse != nullptr) {
+    int64_t lse_offset;
+    if (args.cu_seqlens_q != nullptr) {
+      lse_offset = int64_t(head) * args.lse_head_stride + row;
+    } else {
+      const int b = row / args.seqlen_q, t = row % args.seqlen_q;
+      lse_offset = int64_t(b) * args.lse_batch_stride + int64_t(head) * args.lse_head_stride + t;
+    }
+    args.lse[lse_offset] = lse;
+  }
+  __syncthreads();
+  if (threadIdx.x >= columns) { return; }
+  float4 total = group_sum[column];
+  for (int g = 1; g < groups; ++g) {
+    const float4 part = group_sum[g * columns + column];
+    total = make_float4(total.x + part.x, total.y + part.y, total.z + part.z, total.w + part.w);
   }
 
   // Dense rows are b * seqlen_q + t; varlen rows are already packed offsets (batch coordinate 0).
-  int64_t out_row_offset, lse_offset;
+  int64_t out_offset = int64_t(head) * args.o_head_stride + 4 * column;
   if (args.cu_seqlens_q != nullptr) {
-    out_row_offset = int64_t(row) * args.o_row_stride;
-    lse_offset = int64_t(head) * args.lse_head_stride + row;
+    out_offset += int64_t(row) * args.o_row_stride;
   } else {
     const int b = row / args.seqlen_q, t = row % args.seqlen_q;
-    out_row_offset = int64_t(b) * args.o_batch_stride + int64_t(t) * args.o_row_stride;
-    lse_offset = int64_t(b) * args.lse_batch_stride + int64_t(head) * args.lse_head_stride + t;
+    out_offset += int64_t(b) * args.o_batch_stride + int64_t(t) * args.o_row_stride;
   }
-  const int64_t out_offset = out_row_offset + int64_t(head) * args.o_head_stride;
-#pragma unroll
-  for (int c = 0; c < kMaxColumnPairsPerLane; ++c) {
-    const int col = 2 * lane + 64 * c;
-    if (col >= args.head_dim_v) { continue; }
-    if (args.out_is_bf16) {
-      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(args.out) + out_offset + col) =
-          __floats2bfloat162_rn(acc[c].x, acc[c].y);
-    } else {
-      *reinterpret_cast<__half2*>(static_cast<__half*>(args.out) + out_offset + col) =
-          __floats2half2_rn(acc[c].x, acc[c].y);
-    }
+  if (args.out_is_bf16) {
+    auto* out = static_cast<__nv_bfloat16*>(args.out) + out_offset;
+    reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(total.x, total.y);
+    reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(total.z, total.w);
+  } else {
+    auto* out = static_cast<__half*>(args.out) + out_offset;
+    reinterpret_cast<__half2*>(out)[0] = __floats2half2_rn(total.x, total.y);
+    reinterpret_cast<__half2*>(out)[1] = __floats2half2_rn(total.z, total.w);
   }
-  if (args.lse != nullptr && lane == 0) { args.lse[lse_offset] = lse; }
 }
 
 }  // namespace
 
 cudaError_t launch_combine(const CombineArgs& args, cudaStream_t stream) {
-  const int64_t warps = int64_t(args.partial_rows) * args.num_heads_q;
-  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  // The kernel's layout: float4 column groups, at most kMaxThreads of them, and one weight slot per split.
+  const int columns = args.head_dim_v / 4;
+  if (args.head_dim_v % 4 != 0 || columns > kMaxThreads || args.num_splits < 1 || args.num_splits > kMaxSplits) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t blocks = int64_t(args.partial_rows) * args.num_heads_q;
   if (blocks == 0) { return cudaSuccess; }
+  // Split groups: enough that one pass of kLoadsPerPass loads covers the splits, as many as fit.
+  const int groups = std::clamp((args.num_splits + kLoadsPerPass - 1) / kLoadsPerPass, 1, kMaxThreads / columns);
+  const int threads = (columns * groups + 31) / 32 * 32;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kWarpsPerBlock * 32);
+  config.blockDim = dim3(threads);
   config.stream = stream;
   // Programmatic stream serialization: the combine may launch once every forward CTA has reached its epilogue
   // (fwd_kernel.cuh); small decode steps otherwise pay a full kernel-boundary gap here.
