@@ -36,6 +36,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   const int warpgroup = warp_idx / 4;
   const bool is_producer = warpgroup == 0;
   const FwdArgs& args = params.args;
+  // The sequence's lengths and offsets first: their global loads (a cold round trip for a decode CTA) are in
+  // flight during the prologue below instead of after it (docs/perf.md run 18).
+  const TileCoord tile = SingleTileScheduler::tile(args);
+  const SeqInfo seq(args, tile.batch);
 
   if (warp_idx == 0 && cute::elect_one_sync()) {
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
@@ -96,8 +100,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  const TileCoord tile = SingleTileScheduler::tile(args);
-  const SeqInfo seq(args, tile.batch);
   const PackGqa pack(args);
   // The whole CTA agrees, so no barrier is left waiting.
   if (tile.m_block * kBlockM >= pack.tile_rows(seq.seqlen_q)) { return; }
@@ -124,24 +126,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
     }
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
+    const TileCoord epilogue_tile = SingleTileScheduler::tile_reread(args);          // == tile
     // With split-KV the combine kernel adds the sink once; here it would be counted once per split.
     float sink_log2[2] = {-INFINITY, -INFINITY};
     if (args.sink != nullptr && !args.split_kv) {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
-        const int head_q = pack.row_target(tile.m_block * kBlockM + accumulator_row(epilogue_thread, h), tile.head).head_q;
+        const int head_q = pack.row_target(epilogue_tile.m_block * kBlockM + accumulator_row(epilogue_thread, h), epilogue_tile.head).head_q;
         const float sink = args.sink_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[head_q])
                                              : static_cast<const float*>(args.sink)[head_q];
         sink_log2[h] = sink * kLog2e;
       }
     }
     float o_scale[2], lse[2];
-    softmax.finalize(args.v_descale.load(tile.batch, kv_head), sink_log2, o_scale, lse);
+    softmax.finalize(args.v_descale.load(epilogue_tile.batch, pack.kv_head(epilogue_tile.head)), sink_log2, o_scale, lse);
     // Programmatic dependent launch: once every CTA is here, the split-KV combine may start launching; it waits
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late so that
     // waiting combine CTAs never hold an SM a forward CTA of a later wave still needs.
     cutlass::arch::launch_dependent_grids();
-    Epilogue<Traits>::store(args, seq, tile.m_block, tile.head, tile.split, epilogue_thread, tOrO, o_scale, lse);
+    Epilogue<Traits>::store(args, seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
   }
 }
 

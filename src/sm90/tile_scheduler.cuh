@@ -44,13 +44,26 @@ struct LongestFirstOrder {
 };
 
 struct SingleTileScheduler {
-  CUTE_DEVICE static TileCoord tile(const FwdArgs& args) {
+  CUTE_DEVICE static TileCoord tile(const FwdArgs& args) { return tile_of(args, blockIdx); }
+
+  // The same tile, from the block index read again (a volatile read is not merged with the first): the MMA
+  // warpgroups recompute their tile after the KV loop rather than hold its coordinates in registers through it.
+  CUTE_DEVICE static TileCoord tile_reread(const FwdArgs& args) {
+    uint3 block;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block.x));
+    asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(block.y));
+    asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(block.z));
+    return tile_of(args, block);
+  }
+
+ private:
+  CUTE_DEVICE static TileCoord tile_of(const FwdArgs& args, uint3 block) {
     if (!args.reverse_m) {
-      return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z) / args.num_splits, int(blockIdx.z) % args.num_splits};
+      return {int(block.x), int(block.y), int(block.z) / args.num_splits, int(block.z) % args.num_splits};
     }
     const LongestFirstOrder order{int(gridDim.x), int(gridDim.y), args.num_splits, int(gridDim.y * gridDim.z),
                                   args.tile_order_rows};
-    return order.tile(int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)));
+    return order.tile(int(block.x + gridDim.x * (block.y + gridDim.y * block.z)));
   }
 };
 
