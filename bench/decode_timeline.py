@@ -1,0 +1,127 @@
+"""Where a decode step's time goes: the kernel timeline of bench_decode.py's graph (flush, forward, combine per
+layer), from CUPTI through torch.profiler, for fp8attn and (when it imports) FA3 FP8.
+
+For each shape and library, per layer (median over layers and replays), microseconds:
+  gap_in   flush end -> first attention kernel start (launch latency the step pays after the previous kernel)
+  fwd      forward kernel duration
+  gap_mid  forward end -> combine start (negative when the combine overlaps the forward: programmatic launch)
+  combine  combine kernel duration
+  span     first attention kernel start -> last attention kernel end
+  step     flush end -> next flush start (what bench_decode.py's per-layer time measures, less the flush)
+
+    python bench/decode_timeline.py [--shapes llama3.1-8b-tp1-1x1-4k ...] [--replays 5] [--json out.json]
+
+A diagnostic, not a benchmark: profiling adds no work inside the graph, but keep the timed numbers from
+bench_decode.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import bench_common as bc
+import bench_decode as bd
+
+
+def kernel_events(prof: Any) -> list[tuple[str, float, float]]:
+    """(name, start us, end us) of every GPU kernel in the trace, in start order."""
+    events = []
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start:
+            events.append((e.name, float(e.time_range.start), float(e.time_range.end)))
+    return sorted(events, key=lambda t: t[1])
+
+
+def is_flush(name: str) -> bool:
+    return "fill" in name.lower() or "zero" in name.lower() or "memset" in name.lower()
+
+
+def decompose(events: list[tuple[str, float, float]]) -> dict[str, float]:
+    """Per-layer phases from a kernel list of [flush, attention kernels...]* (see the module doc)."""
+    layers: list[dict[str, Any]] = []
+    for name, start, end in events:
+        if is_flush(name):
+            layers.append({"flush_end": end, "kernels": []})
+        elif layers:
+            layers[-1]["kernels"].append((name, start, end))
+    phases: dict[str, list[float]] = {k: [] for k in ("gap_in", "fwd", "gap_mid", "combine", "span", "step")}
+    for i, layer in enumerate(layers):
+        ks = layer["kernels"]
+        if not ks:
+            continue
+        phases["gap_in"].append(ks[0][1] - layer["flush_end"])
+        phases["fwd"].append(ks[0][2] - ks[0][1])
+        if len(ks) > 1:
+            phases["gap_mid"].append(ks[1][1] - ks[0][2])
+            phases["combine"].append(ks[-1][2] - ks[1][1])
+        phases["span"].append(max(k[2] for k in ks) - ks[0][1])
+        if i + 1 < len(layers):
+            next_flush_start = [e for e in events if is_flush(e[0]) and e[2] == layers[i + 1]["flush_end"]][0][1]
+            phases["step"].append(next_flush_start - layer["flush_end"])
+    return {k: statistics.median(v) for k, v in phases.items() if v}
+
+
+def timeline(calls: list[Callable[[], Any]], flush: bc.L2Flush, replays: int) -> tuple[dict[str, float], list[str]]:
+    def layers() -> None:
+        for call in calls:
+            flush()
+            call()
+
+    graph = bc.capture_graph(layers)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    events = kernel_events(prof)
+    names = sorted({n for n, _, _ in events})
+    return decompose(events), names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", help="only these shape names (default: all)")
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--replays", type=int, default=5)
+    parser.add_argument("--flush-kb", type=int, default=64 << 10,
+                        help="flush buffer between layers, KiB (4: a fill kernel that evicts nothing, for warm caches)")
+    parser.add_argument("--max-seqlen-k", type=int, default=bd.MAX_SEQLEN_K,
+                        help="max_seqlen_k passed to the call (the split plan follows it; vLLM's graphs pass 32768)")
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args()
+
+    bd.MAX_SEQLEN_K = args.max_seqlen_k
+    spec = json.loads(bd.shapes_path().read_text())
+    shapes = [s for s in spec["shapes"] if not args.shapes or s["name"] in args.shapes]
+    device = bc.require_device()
+    flush = bc.L2Flush(device, args.flush_kb << 10)
+    libs = {"fp8attn": bd.ours}
+    if bc.importable("flash_attn_interface"):
+        libs["fa3_fp8"] = bd.fa3_fp8
+    rows = []
+    for shape in shapes:
+        layers = [bd.make_layer(shape, device) for _ in range(args.layers)]
+        for lib, build in libs.items():
+            phases, names = timeline(build(shape, layers), flush, args.replays)
+            rows.append({"shape": shape["name"], "lib": lib, "flush_kb": args.flush_kb,
+                         "max_seqlen_k": args.max_seqlen_k, **phases, "kernels": names})
+            print(f"{shape['name']} {lib}: kernels {names}")
+        del layers
+        torch.cuda.empty_cache()
+    headers = ["shape", "lib", "gap_in", "fwd", "gap_mid", "combine", "span", "step"]
+    print(bc.format_table(headers, [[r["shape"], r["lib"], *(r.get(h) for h in headers[2:])] for r in rows]))
+    if args.json:
+        bc.write_json(args.json, {"rows": rows, "meta": bc.run_metadata()})
+
+
+if __name__ == "__main__":
+    main()
