@@ -15,7 +15,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include <cutlass/arch/grid_dependency_control.h>
@@ -26,11 +25,11 @@ namespace fp8attn::sm90 {
 
 namespace {
 
-constexpr int kMaxThreads = 256;
+constexpr int kMaxThreads = kCombineMaxThreads;
 constexpr int kMaxWarps = kMaxThreads / 32;
 // Partial-O float4 loads each thread has in flight per pass: one pass covers 4 x 256 / (dv / 4) splits
 // (32 at dv = 128, 16 at dv = 256), the decode plans' range.
-constexpr int kLoadsPerPass = 4;
+constexpr int kLoadsPerPass = kCombineLoadsPerPass;
 
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -171,15 +170,10 @@ __global__ void __launch_bounds__(kMaxThreads) combine_kernel(const CombineArgs 
 
 cudaError_t launch_combine(const CombineArgs& args, cudaStream_t stream) {
   // The kernel's layout: float4 column groups, at most kMaxThreads of them, and one weight slot per split.
-  const int columns = args.head_dim_v / 4;
-  if (args.head_dim_v % 4 != 0 || columns > kMaxThreads || args.num_splits < 1 || args.num_splits > kMaxSplits) {
-    return cudaErrorInvalidValue;
-  }
+  const int threads = combine_block_threads(args.num_splits, args.head_dim_v);
+  if (threads == 0 || args.num_splits > kMaxSplits) { return cudaErrorInvalidValue; }
   const int64_t blocks = int64_t(args.partial_rows) * args.num_heads_q;
   if (blocks == 0) { return cudaSuccess; }
-  // Split groups: enough that one pass of kLoadsPerPass loads covers the splits, as many as fit.
-  const int groups = std::clamp((args.num_splits + kLoadsPerPass - 1) / kLoadsPerPass, 1, kMaxThreads / columns);
-  const int threads = (columns * groups + 31) / 32 * 32;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(threads);

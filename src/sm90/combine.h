@@ -27,6 +27,20 @@ struct CombineArgs {
   bool sink_is_bf16 = false;
 };
 
+// The combine's CTA: float4 column groups of a dv row times split groups, enough of them that one pass of
+// kCombineLoadsPerPass loads per thread covers the splits, as many as fit in kCombineMaxThreads; rounded up to
+// whole warps. 0 when the layout cannot hold the call (dv not a multiple of 4 or above 4 * kCombineMaxThreads).
+constexpr int kCombineMaxThreads = 256;
+constexpr int kCombineLoadsPerPass = 4;
+constexpr int combine_block_threads(int num_splits, int head_dim_v) {
+  const int columns = head_dim_v / 4;
+  if (head_dim_v <= 0 || head_dim_v % 4 != 0 || columns > kCombineMaxThreads || num_splits < 1) { return 0; }
+  const int wanted = (num_splits + kCombineLoadsPerPass - 1) / kCombineLoadsPerPass;
+  const int most = kCombineMaxThreads / columns;
+  const int groups = wanted < 1 ? 1 : wanted > most ? most : wanted;
+  return (columns * groups + 31) / 32 * 32;
+}
+
 cudaError_t launch_combine(const CombineArgs& args, cudaStream_t stream);
 
 }  // namespace fp8attn::sm90
