@@ -102,18 +102,23 @@ def window_arg(shape: dict[str, Any]) -> tuple[int, int]:
     return (shape["window_left"], 0) if shape["window_left"] >= 0 else (-1, -1)
 
 
-def per_layer_us(calls: list[Callable[[], Any]], flush: bc.L2Flush, args: argparse.Namespace) -> float:
-    """(graph of flush + call per layer  -  graph of the flushes alone) / layers, in microseconds."""
+def layers_graph(calls: list[Callable[[], Any]], flush: bc.L2Flush) -> torch.cuda.CUDAGraph:
+    """One CUDA graph of the steps as timed: an L2 flush, then the layer's call, for each layer."""
     def layers() -> None:
         for call in calls:
             flush()
             call()
 
+    return bc.capture_graph(layers)
+
+
+def per_layer_us(calls: list[Callable[[], Any]], flush: bc.L2Flush, args: argparse.Namespace) -> float:
+    """(graph of flush + call per layer  -  graph of the flushes alone) / layers, in microseconds."""
     def flushes() -> None:
         for _ in calls:
             flush()
 
-    graph, flush_graph = bc.capture_graph(layers), bc.capture_graph(flushes)
+    graph, flush_graph = layers_graph(calls, flush), bc.capture_graph(flushes)
     total_ms = bc.time_graph(graph, iters=args.iters)
     flush_ms = bc.time_graph(flush_graph, iters=args.iters)
     return (total_ms - flush_ms) / len(calls) * 1e3

@@ -48,11 +48,11 @@ def decompose(events: list[tuple[str, float, float]]) -> dict[str, float]:
     layers: list[dict[str, Any]] = []
     for name, start, end in events:
         if is_flush(name):
-            layers.append({"flush_end": end, "kernels": []})
+            layers.append({"flush_start": start, "flush_end": end, "kernels": []})
         elif layers:
             layers[-1]["kernels"].append((name, start, end))
     phases: dict[str, list[float]] = {k: [] for k in ("gap_in", "fwd", "gap_mid", "combine", "span", "step")}
-    for i, layer in enumerate(layers):
+    for layer, next_layer in zip(layers, layers[1:] + [None]):
         ks = layer["kernels"]
         if not ks:
             continue
@@ -62,19 +62,13 @@ def decompose(events: list[tuple[str, float, float]]) -> dict[str, float]:
             phases["gap_mid"].append(ks[1][1] - ks[0][2])
             phases["combine"].append(ks[-1][2] - ks[1][1])
         phases["span"].append(max(k[2] for k in ks) - ks[0][1])
-        if i + 1 < len(layers):
-            next_flush_start = [e for e in events if is_flush(e[0]) and e[2] == layers[i + 1]["flush_end"]][0][1]
-            phases["step"].append(next_flush_start - layer["flush_end"])
+        if next_layer is not None:
+            phases["step"].append(next_layer["flush_start"] - layer["flush_end"])
     return {k: statistics.median(v) for k, v in phases.items() if v}
 
 
 def timeline(calls: list[Callable[[], Any]], flush: bc.L2Flush, replays: int) -> tuple[dict[str, float], list[str]]:
-    def layers() -> None:
-        for call in calls:
-            flush()
-            call()
-
-    graph = bc.capture_graph(layers)
+    graph = bd.layers_graph(calls, flush)
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
@@ -94,12 +88,9 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=5)
     parser.add_argument("--flush-kb", type=int, default=64 << 10,
                         help="flush buffer between layers, KiB (4: a fill kernel that evicts nothing, for warm caches)")
-    parser.add_argument("--max-seqlen-k", type=int, default=bd.MAX_SEQLEN_K,
-                        help="max_seqlen_k passed to the call (the split plan follows it; vLLM's graphs pass 32768)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
 
-    bd.MAX_SEQLEN_K = args.max_seqlen_k
     spec = json.loads(bd.shapes_path().read_text())
     shapes = [s for s in spec["shapes"] if not args.shapes or s["name"] in args.shapes]
     device = bc.require_device()
@@ -112,8 +103,7 @@ def main() -> None:
         layers = [bd.make_layer(shape, device) for _ in range(args.layers)]
         for lib, build in libs.items():
             phases, names = timeline(build(shape, layers), flush, args.replays)
-            rows.append({"shape": shape["name"], "lib": lib, "flush_kb": args.flush_kb,
-                         "max_seqlen_k": args.max_seqlen_k, **phases, "kernels": names})
+            rows.append({"shape": shape["name"], "lib": lib, "flush_kb": args.flush_kb, **phases, "kernels": names})
             print(f"{shape['name']} {lib}: kernels {names}")
         del layers
         torch.cuda.empty_cache()
