@@ -25,11 +25,9 @@ namespace fp8attn::sm90 {
 
 namespace {
 
-constexpr int kMaxThreads = kCombineMaxThreads;
-constexpr int kMaxWarps = kMaxThreads / 32;
-// Partial-O float4 loads each thread has in flight per pass: one pass covers 4 x 256 / (dv / 4) splits
-// (32 at dv = 128, 16 at dv = 256), the decode plans' range.
-constexpr int kLoadsPerPass = kCombineLoadsPerPass;
+// Partial-O float4 loads each thread has in flight per pass (combine.h sizes the CTA): one pass covers
+// 4 x 256 / (dv / 4) splits (32 at dv = 128, 16 at dv = 256), the decode plans' range.
+constexpr int kMaxWarps = kCombineMaxThreads / 32;
 
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -56,9 +54,9 @@ __device__ float4 fma4(float w, float4 o, float4 acc) {
   return make_float4(fmaf(w, o.x, acc.x), fmaf(w, o.y, acc.y), fmaf(w, o.z, acc.z), fmaf(w, o.w, acc.w));
 }
 
-__global__ void __launch_bounds__(kMaxThreads) combine_kernel(const CombineArgs args) {
+__global__ void __launch_bounds__(kCombineMaxThreads) combine_kernel(const CombineArgs args) {
   __shared__ float weight[kMaxSplits];       // LSE of split s, then its weight exp(lse_s - lse)
-  __shared__ float4 group_sum[kMaxThreads];  // per thread: its splits' weighted sum of its column group
+  __shared__ float4 group_sum[kCombineMaxThreads];  // per thread: its splits' weighted sum of its column group
   __shared__ float scratch[kMaxWarps];
   const int threads = int(blockDim.x);
   const int row = int(blockIdx.x / unsigned(args.num_heads_q));
@@ -78,15 +76,15 @@ __global__ void __launch_bounds__(kMaxThreads) combine_kernel(const CombineArgs 
   const int group = threadIdx.x / columns;
   const float* o_partial = args.o_partial + (int64_t(row) * args.num_heads_q + head) * args.head_dim_v + 4 * column;
   const int64_t o_split_stride = int64_t(args.partial_rows) * args.num_heads_q * args.head_dim_v;
-  auto load_pass = [&](int first_split, float4 (&o)[kLoadsPerPass]) {
+  auto load_pass = [&](int first_split, float4 (&o)[kCombineLoadsPerPass]) {
 #pragma unroll
-    for (int k = 0; k < kLoadsPerPass; ++k) {
+    for (int k = 0; k < kCombineLoadsPerPass; ++k) {
       const int s = first_split + group + k * groups;
       o[k] = group < groups && s < num_splits ? *reinterpret_cast<const float4*>(o_partial + s * o_split_stride)
                                               : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
-  float4 o[kLoadsPerPass];
+  float4 o[kCombineLoadsPerPass];
   load_pass(0, o);
 
   const float* lse_partial = args.lse_partial + int64_t(head) * args.partial_rows + row;
@@ -120,11 +118,11 @@ __global__ void __launch_bounds__(kMaxThreads) combine_kernel(const CombineArgs 
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int first = 0;;) {
 #pragma unroll
-    for (int k = 0; k < kLoadsPerPass; ++k) {
+    for (int k = 0; k < kCombineLoadsPerPass; ++k) {
       const int s = first + group + k * groups;
       if (s < num_splits) { acc = fma4(weight[s], o[k], acc); }
     }
-    first += kLoadsPerPass * groups;
+    first += kCombineLoadsPerPass * groups;
     if (first >= num_splits) { break; }
     load_pass(first, o);
   }
@@ -169,7 +167,7 @@ __global__ void __launch_bounds__(kMaxThreads) combine_kernel(const CombineArgs 
 }  // namespace
 
 cudaError_t launch_combine(const CombineArgs& args, cudaStream_t stream) {
-  // The kernel's layout: float4 column groups, at most kMaxThreads of them, and one weight slot per split.
+  // The kernel's layout: float4 column groups, at most kCombineMaxThreads of them, and one weight slot per split.
   const int threads = combine_block_threads(args.num_splits, args.head_dim_v);
   if (threads == 0 || args.num_splits > kMaxSplits) { return cudaErrorInvalidValue; }
   const int64_t blocks = int64_t(args.partial_rows) * args.num_heads_q;

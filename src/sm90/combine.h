@@ -37,7 +37,7 @@ constexpr int combine_block_threads(int num_splits, int head_dim_v) {
   if (head_dim_v <= 0 || head_dim_v % 4 != 0 || columns > kCombineMaxThreads || num_splits < 1) { return 0; }
   const int wanted = (num_splits + kCombineLoadsPerPass - 1) / kCombineLoadsPerPass;
   const int most = kCombineMaxThreads / columns;
-  const int groups = wanted < 1 ? 1 : wanted > most ? most : wanted;
+  const int groups = wanted < most ? wanted : most;  // wanted >= 1 as num_splits >= 1
   return (columns * groups + 31) / 32 * 32;
 }
 
