@@ -72,24 +72,43 @@ struct Mask {
            (window_left >= 0 && key_first < last_query() + diag - window_left);
   }
 
+  // Query position q sees keys key0 + [lo, hi] of the columns key0 .. key0 + kBlockN - 1 (the predicate at the
+  // top of this file as one interval), clamped to [-1, kBlockN]: compared, not subtracted, where the difference
+  // could overflow. Host-callable for the CPU test.
+  CUTE_HOST_DEVICE static void visible_columns(int seqlen_q, int seqlen_k, int window_left, int window_right, int q,
+                                               int key0, int& lo, int& hi) {
+    const int diag = seqlen_k - seqlen_q;
+    const int last = window_right >= 0 ? cute::min(seqlen_k - 1, q + diag + window_right) : seqlen_k - 1;
+    const int first = window_left >= 0 ? q + diag - window_left : key0;
+    lo = first < key0 ? -1 : cute::min(first - key0, kBlockN);
+    hi = last < key0 ? -1 : cute::min(last - key0, kBlockN);
+  }
+
   // Sets masked scores to -inf. tSrS: (MMA, MMA_M, MMA_N) fp32 scores; tScS: the same partition of the
   // identity tensor over (kBlockM, kBlockN), giving each score's (row, col) inside the tile.
+  // Each row half's visible keys are one interval, computed once relative to the thread's first column; a score's
+  // column minus that first column is a compile-time constant, so each score costs two compares with immediates
+  // and a select. (Testing the three conditions per score made this the largest part of the decode kernel's
+  // code: 25 KB of 106, run once and cold per CTA, docs/perf.md run 20.)
   template <class TensorS, class TensorC>
   CUTE_DEVICE void apply(TensorS& tSrS, const TensorC& tScS, int n_block) const {
-    const int diag = seqlen_k - seqlen_q;
-    const int key_base = n_block * kBlockN;
+    const int first_col = int(cute::get<1>(tScS(0)));
+    const int key0 = n_block * kBlockN + first_col;
     const int row_base = m_block * kBlockM;
-    // Each thread holds two rows (row halves); their query positions are computed once.
-    int query[2];
+    // One row half at a time, so that only its interval is live (the MMA warpgroups have no registers to spare).
     CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) { query[h] = query_position(row_base + int(cute::get<0>(tScS(2 * h)))); }
-    CUTE_UNROLL
-    for (int i = 0; i < cute::size(tSrS); ++i) {
-      const int q = query[(i / 2) % 2];  // accumulator flat index c + 2*h + 4*j
-      const int key = key_base + int(cute::get<1>(tScS(i)));
-      const bool hidden = key >= seqlen_k || (window_right >= 0 && key > q + diag + window_right) ||
-                          (window_left >= 0 && key < q + diag - window_left);
-      if (hidden) { tSrS(i) = -INFINITY; }
+    for (int h = 0; h < 2; ++h) {
+      const int q = query_position(row_base + int(cute::get<0>(tScS(2 * h))));
+      int lo, hi;
+      visible_columns(seqlen_q, seqlen_k, window_left, window_right, q, key0, lo, hi);
+      CUTE_UNROLL
+      for (int i = 2 * h; i < cute::size(tSrS); i += 4) {  // accumulator flat index c + 2*h + 4*j
+        CUTE_UNROLL
+        for (int c = 0; c < 2; ++c) {
+          const int col = int(cute::get<1>(tScS(i + c))) - first_col;
+          if (col < lo || col > hi) { tSrS(i + c) = -INFINITY; }
+        }
+      }
     }
   }
 };
