@@ -65,11 +65,16 @@ struct KernelTraits {
                                  : kCtasPerSm == 2 && kHeadDimV == 128 ? 32 : kHeadDimV;
   static constexpr int kNumPvChunks = kHeadDimV / kPvChunk;
 
-  // setmaxnreg split (per thread; a CTA's pool is 65536 / kCtasPerSm registers). The producer also
-  // transposes V, so it keeps more than a pure TMA warpgroup would.
+  // setmaxnreg split (per thread). The producer also transposes V, so it keeps more than a pure TMA warpgroup
+  // would. The pool the split divides is what the CTA was launched with: the per-thread count ptxas gives
+  // under __launch_bounds__ (65536 / (threads x CTAs per SM), in steps of 8) times the threads — 64512 for
+  // 384 threads, not 65536. A split over the pool makes setmaxnreg's allocation wait forever (a 240 + 32 split
+  // hung every launch, docs/perf.md run 22).
   static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 && kCtasPerSm == 1 ? 56 : 40;
   static constexpr int kMmaRegs = kCtasPerSm == 2 ? 216 : kNumMmaWarpgroups == 1 ? 256 : 232;
-  static_assert((kProducerRegs + kNumMmaWarpgroups * kMmaRegs) * 128 <= 65536 / kCtasPerSm, "register split");
+  static constexpr int kLaunchRegsPerThread = cute::min(256, 65536 / (kNumThreads * kCtasPerSm) / 8 * 8);
+  static_assert((kProducerRegs + kNumMmaWarpgroups * kMmaRegs) * 128 <= kLaunchRegsPerThread * kNumThreads,
+                "register split over the CTA's launch pool");
 
   static_assert(kBlockM == 64 || kBlockM == 128, "block_m is 64 or 128 (one or two MMA warpgroups)");
   static_assert(kBlockN % 32 == 0 && kBlockN <= 256, "block_n is a multiple of the FP8 WGMMA K step (32)");
