@@ -53,11 +53,28 @@ def git_commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
+def library_build_info() -> dict[str, Any]:
+    """build_info.json beside the loaded libfp8attn.so (written by the build: the commit it was built from), or {}
+    for a library without one (an installed wheel, an older build)."""
+    path = Path(fp8attn.get_lib().path).resolve().parent / "build_info.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def run_metadata() -> dict[str, Any]:
-    """What a result must carry to be comparable later: commit, GPU, date, software versions."""
+    """What a result must carry to be comparable later: commit, GPU, date, software versions. ``commit`` is the
+    commit the measured library was built from when its build says so (a GPU machine's checkout may be older
+    than the build it was handed), else this checkout's HEAD; ``bench_commit`` is always this checkout's HEAD."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    build = library_build_info()
+    library_commit = build.get("commit", "unknown")
+    if library_commit != "unknown" and build.get("dirty"):
+        library_commit += "-dirty"
     return {
-        "commit": git_commit(),
+        "commit": library_commit if library_commit != "unknown" else git_commit(),
+        "bench_commit": git_commit(),
         "gpu": props.name,
         "sms": props.multi_processor_count,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
