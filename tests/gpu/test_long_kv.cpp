@@ -118,20 +118,28 @@ class LongKv : public ::testing::TestWithParam<LongKvLimit> {
   }
 };
 
-TEST_P(LongKv, RelativeRmsWithinDesignLimit) {
-  const LongKvLimit limit = GetParam();
+// The long-KV inputs (see the top of this file): one sequence, one kv head, one split, q, k ~ N(0, 0.5^2),
+// V = 0.5 + 0.25 N(0, 1), fp16 output.
+Case long_kv_case(int q_tokens, int heads_q, int head_dim, int keys, int seed) {
   Case c;
   c.batch = 1;
-  c.seqlens_q = {128};
-  c.seqlens_k = {limit.keys};
-  c.heads_q = c.heads_kv = 1;
-  c.head_dim = c.head_dim_v = 128;
+  c.seqlens_q = {q_tokens};
+  c.seqlens_k = {keys};
+  c.heads_q = heads_q;
+  c.heads_kv = 1;
+  c.head_dim = c.head_dim_v = head_dim;
   c.num_splits = 1;
   c.qk_std = 0.5f;
   c.v_mean = 0.5f;
   c.v_std = 0.25f;
   c.out_dtype = FP8ATTN_DTYPE_F16;
-  c.seed = 9000 + limit.keys;
+  c.seed = seed;
+  return c;
+}
+
+TEST_P(LongKv, RelativeRmsWithinDesignLimit) {
+  const LongKvLimit limit = GetParam();
+  const Case c = long_kv_case(128, 1, 128, limit.keys, 9000 + limit.keys);
 
   Problem problem(c);
   const fp8attn::Status status = problem.run();
@@ -175,7 +183,7 @@ INSTANTIATE_TEST_SUITE_P(OneSplit, LongKv, ::testing::ValuesIn(kLimits),
 // The mean bar on the other P V paths. d128 prefill (above) gets its row sums from the ones block inside the
 // P V GEMM; d192/d256 run P V in dv chunks with a separate P x ones GEMM, and decode tiles (64 rows, PackGQA)
 // in 32-wide chunks with the same separate GEMM. A 160-key d128 variant with the separate GEMM moved the mean by
-// -0.035% (docs/perf.md run 22), so each path is held to the same 0.03%. One split, fp16 output, V mean 0.5.
+// -0.035% (docs/perf.md run 22), so each path is held to the same 0.03%.
 struct MeanPath {
   const char* name;
   int head_dim;
@@ -188,19 +196,7 @@ class LongKvMean : public ::testing::TestWithParam<MeanPath> {};
 
 TEST_P(LongKvMean, OutputMeanWithinBar) {
   const MeanPath path = GetParam();
-  Case c;
-  c.batch = 1;
-  c.seqlens_q = {path.q_tokens};
-  c.seqlens_k = {path.keys};
-  c.heads_q = path.heads_q;
-  c.heads_kv = 1;
-  c.head_dim = c.head_dim_v = path.head_dim;
-  c.num_splits = 1;
-  c.qk_std = 0.5f;
-  c.v_mean = 0.5f;
-  c.v_std = 0.25f;
-  c.out_dtype = FP8ATTN_DTYPE_F16;
-  c.seed = 9100 + path.keys + path.head_dim;
+  const Case c = long_kv_case(path.q_tokens, path.heads_q, path.head_dim, path.keys, 9100 + path.keys + path.head_dim);
 
   Problem problem(c);
   const fp8attn::Status status = problem.run();
