@@ -127,15 +127,12 @@ __global__ void __launch_bounds__(kCombineMaxThreads) combine_kernel(const Combi
     load_pass(first, o);
   }
   group_sum[threadIdx.x] = acc;
+  // Dense rows are b * seqlen_q + t; varlen rows are already packed offsets (batch coordinate 0).
+  const bool varlen = args.cu_seqlens_q != nullptr;
+  const int batch = varlen ? 0 : row / args.seqlen_q;
+  const int token = varlen ? row : row % args.seqlen_q;
   if (threadIdx.x == 0 && args.lse != nullptr) {
-    int64_t lse_offset;
-    if (args.cu_seqlens_q != nullptr) {
-      lse_offset = int64_t(head) * args.lse_head_stride + row;
-    } else {
-      const int b = row / args.seqlen_q, t = row % args.seqlen_q;
-      lse_offset = int64_t(b) * args.lse_batch_stride + int64_t(head) * args.lse_head_stride + t;
-    }
-    args.lse[lse_offset] = lse;
+    args.lse[int64_t(batch) * args.lse_batch_stride + int64_t(head) * args.lse_head_stride + token] = lse;
   }
   __syncthreads();
   if (threadIdx.x >= columns) { return; }
@@ -145,14 +142,8 @@ __global__ void __launch_bounds__(kCombineMaxThreads) combine_kernel(const Combi
     total = make_float4(total.x + part.x, total.y + part.y, total.z + part.z, total.w + part.w);
   }
 
-  // Dense rows are b * seqlen_q + t; varlen rows are already packed offsets (batch coordinate 0).
-  int64_t out_offset = int64_t(head) * args.o_head_stride + 4 * column;
-  if (args.cu_seqlens_q != nullptr) {
-    out_offset += int64_t(row) * args.o_row_stride;
-  } else {
-    const int b = row / args.seqlen_q, t = row % args.seqlen_q;
-    out_offset += int64_t(b) * args.o_batch_stride + int64_t(t) * args.o_row_stride;
-  }
+  const int64_t out_offset = int64_t(batch) * args.o_batch_stride + int64_t(token) * args.o_row_stride +
+                             int64_t(head) * args.o_head_stride + 4 * column;
   if (args.out_is_bf16) {
     auto* out = static_cast<__nv_bfloat16*>(args.out) + out_offset;
     reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(total.x, total.y);
