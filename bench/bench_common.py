@@ -69,12 +69,13 @@ def run_metadata() -> dict[str, Any]:
     than the build it was handed), else this checkout's HEAD; ``bench_commit`` is always this checkout's HEAD."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     build = library_build_info()
+    bench_commit = git_commit()
     library_commit = build.get("commit", "unknown")
     if library_commit != "unknown" and build.get("dirty"):
         library_commit += "-dirty"
     return {
-        "commit": library_commit if library_commit != "unknown" else git_commit(),
-        "bench_commit": git_commit(),
+        "commit": library_commit if library_commit != "unknown" else bench_commit,
+        "bench_commit": bench_commit,
         "gpu": props.name,
         "sms": props.multi_processor_count,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
