@@ -42,6 +42,22 @@ double m_tile_efficiency(int64_t rows, int block_m) {
 
 int block_m_for_rows(int64_t rows) { return rows <= 64 ? 64 : 128; }
 
+// Longest key range (max_seqlen_k) at which prefill with dv <= 128 still takes 64-row tiles.
+constexpr int kMaxKeysForShortTileBlockM = 1024;
+
+// Query tile rows. 64-row tiles (one MMA warpgroup) run two CTAs per SM where dv <= 128 (kernel_rules.h), so one
+// CTA's prologue, pipeline fill and epilogue overlap the other CTA's KV loop; 128-row tiles read each K/V block
+// once for twice the rows. Measured (docs/perf.md run 24, H200, one process, 64 vs 128 rows, 1k queries): at
+// dv = 64 the 64-row tile wins at every key length (+16% at 1k keys, +3.5% at 16k: the same time per KV block,
+// a smaller fixed part per tile); at dv = 128 only up to 1k keys (+4%, causal +7%), from 2k keys the doubled K/V
+// traffic costs more (-6% at 2k, -13% at 16k). Short decode tiles (<= 64 rows) are 64 rows anyway; head dims
+// above 128 keep 128-row prefill tiles (d192 with dv 128 would fit two CTAs but is not measured).
+int block_m_for(int64_t rows, const ProblemShape& p) {
+  if (rows <= 64) { return 64; }
+  if (p.head_dim > 128 || p.head_dim_v > 128) { return 128; }
+  return p.head_dim_v <= 64 || p.max_seqlen_k <= kMaxKeysForShortTileBlockM ? 64 : 128;
+}
+
 // KV blocks one query tile visits at most: the whole key range, or, with a window bounded on both sides,
 // the window plus the tile's own span (and one block of misalignment).
 int max_kv_blocks(const ProblemShape& p, int block_n, int block_m) {
@@ -87,8 +103,8 @@ KernelConfig select_config(const ProblemShape& problem) {
                                 0.9 * m_tile_efficiency(rows_packed, block_m_for_rows(rows_packed));
   const int64_t rows = c.pack_gqa ? rows_packed : rows_unpacked;
   // Short query tiles (decode, speculative decode) would leave a 128-row tile mostly padding: one MMA
-  // warpgroup of 64 rows serves them.
-  c.key.block_m = block_m_for_rows(rows);
+  // warpgroup of 64 rows serves them; so does short or narrow prefill (block_m_for).
+  c.key.block_m = block_m_for(rows, problem);
   c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));
   const int heads = c.pack_gqa ? problem.num_heads_kv : problem.num_heads_q;
   const int64_t ctas = int64_t(c.num_m_blocks) * heads * problem.batch;

@@ -218,8 +218,10 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (group > 1 && c.seqlen_q >= 1 && int64_t{c.seqlen_q} * group <= 64 && !k.pack_gqa)
     e << " GQA decode (" << c.seqlen_q << " tokens x " << group << " heads <= 64) not packed;";
   const int64_t rows = int64_t{c.seqlen_q} * (k.pack_gqa ? group : 1);
-  // Short decode (rows of one tile's head <= 64) uses 64-row tiles, anything longer 128.
-  const int want_block_m = rows <= 64 ? 64 : 128;
+  // 64-row tiles for short decode (rows of one tile's head <= 64), for dv <= 64, and for dv <= 128 over at most
+  // 1024 keys, both head dims <= 128 (two CTAs per SM: docs/perf.md run 24); 128 rows otherwise.
+  const bool two_cta_prefill = c.d <= 128 && c.dv <= 128 && (c.dv <= 64 || c.seqlen_k <= 1024);
+  const int want_block_m = rows <= 64 || two_cta_prefill ? 64 : 128;
   if (k.key.block_m != want_block_m) e << " block_m " << k.key.block_m << " for " << rows << " rows per head;";
 
   // Grid: (m_blocks, heads, batch * splits); nothing to launch when there are no queries.
@@ -323,7 +325,7 @@ TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
 // policy may pick (and the one single-level comparison kernel, which it must never pick).
 TEST(ConfigSweep, DeclaredKernelsAreTheList) {
   struct K { int d, dv, bm, bn; };
-  const K declared[] = {{64, 64, 128, 128},  {64, 64, 64, 128},  {96, 96, 128, 128},  {96, 96, 64, 128},
+  const K declared[] = {{64, 64, 64, 128},    {96, 96, 128, 128},  {96, 96, 64, 128},
                         {128, 128, 128, 128}, {128, 128, 64, 128}, {192, 192, 128, 96}, {192, 192, 64, 96},
                         {192, 128, 128, 96}, {192, 128, 64, 96},  {256, 256, 128, 64}, {256, 256, 64, 64}};
   for (const K& k : declared) {
@@ -334,7 +336,7 @@ TEST(ConfigSweep, DeclaredKernelsAreTheList) {
     key.block_n = k.bn;
     EXPECT_TRUE(fp8attn::sm90::is_declared_kernel(key)) << key.to_string();
   }
-  const K undeclared[] = {{128, 128, 192, 128}, {64, 64, 64, 64}, {256, 256, 64, 128}, {128, 64, 64, 128}, {96, 96, 64, 96}};
+  const K undeclared[] = {{128, 128, 192, 128}, {64, 64, 128, 128}, {64, 64, 64, 64}, {256, 256, 64, 128}, {128, 64, 64, 128}, {96, 96, 64, 96}};
   for (const K& k : undeclared) {
     fp8attn::KernelKey key;
     key.head_dim = k.d;
@@ -396,11 +398,12 @@ TEST(ConfigBlockM, ShortDecodeUses64RowsForEveryHeadDim) {
 
 TEST(ConfigBlockM, LongerUses128Rows) {
   struct Long { int sq, hq, hkv; };
-  // Packed rows > 64 (17 x 4, 9 x 8, 22 x 3), MHA tokens > 64, prefill.
+  // Packed rows > 64 (17 x 4, 9 x 8, 22 x 3), MHA tokens > 64, prefill; over 4096 keys, dv > 64.
   const std::vector<Long> longs = {{17, 32, 8}, {9, 16, 2}, {22, 12, 4}, {65, 1, 1}, {65, 6, 6},
                                    {1000, 32, 8}, {16384, 6, 6}, {16384, 8, 1}};
   for (const auto& hd : fp8attn::kSupportedHeadDims)
     for (const Long& s : longs) {
+      if (hd.second <= 64) continue;  // ConfigBlockM.NarrowOrShortPrefillUses64Rows
       Case c;
       c.d = hd.first;
       c.dv = hd.second;
@@ -415,10 +418,36 @@ TEST(ConfigBlockM, LongerUses128Rows) {
     }
 }
 
+// Two CTAs of 64 rows per SM where they measured faster (docs/perf.md run 24): dv = 64 at every key length,
+// dv <= 128 up to 1024 keys; never d or dv > 128 (not measured, or one CTA per SM either way).
+TEST(ConfigBlockM, NarrowOrShortPrefillUses64Rows) {
+  struct Want { int d, dv, seqlen_k, block_m; };
+  const std::vector<Want> wants = {{64, 64, 16384, 64},   {64, 64, 1024, 64},     {96, 96, 1024, 64},
+                                   {96, 96, 1025, 128},   {128, 128, 1024, 64},   {128, 128, 512, 64},
+                                   {128, 128, 1025, 128}, {128, 128, 16384, 128}, {192, 128, 1024, 128},
+                                   {192, 192, 1024, 128}, {256, 256, 1024, 128},  {256, 256, 256, 128}};
+  for (const Want& w : wants)
+    for (bool causal : {false, true}) {
+      Case c;
+      c.d = w.d;
+      c.dv = w.dv;
+      c.seqlen_q = 1024;
+      c.seqlen_k = w.seqlen_k;
+      c.heads_q = c.heads_kv = 16;
+      c.batch = 16;
+      c.causal = causal;
+      const KernelConfig k = config_of(c);
+      EXPECT_EQ(k.key.block_m, w.block_m) << describe(c) << " -> " << describe(k);
+      EXPECT_EQ(k.num_m_blocks, 1024 / w.block_m) << describe(c);
+      EXPECT_EQ(ctas_per_sm(k), w.block_m == 64 ? 2 : 1) << describe(c);
+      EXPECT_EQ(k.num_splits, 1) << describe(c);  // 16 x 16 x 8+ tiles fill the GPU
+    }
+}
+
 TEST(ConfigBlockM, PrefillTileCount) {
   Case c;
   c.seqlen_q = 1000;
-  c.seqlen_k = 1000;
+  c.seqlen_k = 2000;
   c.heads_q = c.heads_kv = 16;
   c.batch = 2;
   const KernelConfig k = config_of(c);

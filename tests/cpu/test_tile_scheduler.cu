@@ -32,6 +32,7 @@ const Problem kProblems[] = {
     {"decode batch 128", 128, 1, 1024, 32, 8, 128, true, 0},
     {"decode explicit splits", 7, 1, 4096, 8, 1, 192, false, 5},
     {"speculative decode", 5, 4, 2048, 64, 8, 128, true, 3},
+    {"prefill d256 1k causal", 16, 1024, 1024, 8, 8, 256, true, 0},
 };
 
 ProblemShape shape_of(const Problem& p) {
@@ -98,16 +99,19 @@ TEST(TileOrder, VisitsEveryTileOnceInTheDeclaredOrder) {
 }
 
 // Causal prefill with long keys: a section's K/V (its rows' keys x (d + dv) bytes) stays within the L2 share,
-// and short sequences put every row in one section.
+// and grids of fewer than 16 M blocks keep the grid order.
 TEST(TileOrder, CausalSectionsFitTheL2Share) {
   const KernelConfig long_keys = select_config(shape_of(kProblems[2]));  // 16 heads x 16k keys x 256 B = 4 MiB each
   EXPECT_TRUE(long_keys.reverse_m);
   EXPECT_GT(long_keys.tile_order_rows, 1);
   EXPECT_LE(int64_t(long_keys.tile_order_rows) * 16384 * 256, int64_t{24} << 20);
   EXPECT_LT(long_keys.tile_order_rows, 16);
-  const KernelConfig short_keys = select_config(shape_of(kProblems[1]));  // 8 M blocks: the grid order
-  EXPECT_FALSE(short_keys.reverse_m);
-  EXPECT_EQ(short_keys.tile_order_rows, 1);
+  const KernelConfig short_keys = select_config(shape_of(kProblems[1]));  // 16 M blocks of 64 rows
+  EXPECT_TRUE(short_keys.reverse_m);
+  EXPECT_EQ(short_keys.tile_order_rows, 96);                              // 24 MiB / (1k keys x 256 B)
+  const KernelConfig d256_1k = select_config(shape_of(kProblems[10]));   // 8 M blocks: the grid order
+  EXPECT_FALSE(d256_1k.reverse_m);
+  EXPECT_EQ(d256_1k.tile_order_rows, 1);
   const KernelConfig d256 = select_config(shape_of(kProblems[4]));  // 32 rows x 4k keys x 512 B = 64 MiB
   EXPECT_TRUE(d256.reverse_m);
   EXPECT_EQ(d256.tile_order_rows, 12);                              // 24 MiB / 2 MiB

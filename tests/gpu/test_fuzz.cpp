@@ -225,7 +225,8 @@ TEST(Fuzz, RandomConfigurationsMatchTheReference) {
 
 // Every compiled two-level kernel (head dims x block_m) once, against the reference: what the sanitizer runs
 // (FP8ATTN_SANITIZE_FUZZ) need to cover every variant, whatever the fuzz drew. A decode call (few packed rows)
-// selects block_m = 64, a prefill call block_m = 128; the test checks that together they reach every kernel.
+// selects block_m = 64, a prefill call over more than 1024 keys block_m = 128 where it is compiled (d > 64); the
+// test checks that together they reach every kernel.
 TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
   std::set<std::string> compiled, covered;
   std::istringstream lines(fp8attn_compiled_kernels());
@@ -244,7 +245,7 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
       c.batch = 3;
       c.varlen_q = true;
       c.seqlens_q = decode ? std::vector<int>{1, 1, 1} : std::vector<int>{200, 17, 130};
-      c.seqlens_k = decode ? std::vector<int>{700, 33, 1} : std::vector<int>{300, 17, 400};
+      c.seqlens_k = decode ? std::vector<int>{700, 33, 1} : std::vector<int>{300, 17, 1100};
       c.kv = decode ? KvLayout::kPaged : KvLayout::kVarlen;
       c.page_size = 32;
       c.causal = true;
