@@ -1,14 +1,23 @@
 // fp8attn SM90 forward, epilogue: normalise O and store it with the LSE — as fp16/bf16 output, or as the
 // fp32 partials of one KV split for the combine kernel.
 //
-// Rows past the sequence are never written (varlen neighbours and padding stay untouched). Each thread
-// stores its accumulator pairs (two adjacent columns) as one 32- or 64-bit word.
+// Rows past the sequence are never written (varlen neighbours and padding stay untouched).
+//
+// Two paths. Direct: each thread stores its accumulator pairs (two adjacent columns) as one 32- or 64-bit
+// word — small code, for the once-per-CTA path of decode (64-row kernels) and for the split partials. Staged
+// (128-row prefill kernels, fp16/bf16 out): each MMA warpgroup writes its 64 rows into shared memory and copies
+// every row out with one bulk copy (cp.async.bulk, full 128-byte lines, issued by one thread per row). The
+// direct path's 4-byte stores, 8 rows per warp instruction, held the end of every prefill CTA on the store
+// queue: a timing-only build without them took the fixed part of a d256 CTA from ~9 to ~2.5 µs and of a d128
+// CTA from ~5.3 to ~3.5 µs (docs/perf.md run 24).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cute/tensor.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "sm90/kernel_args.cuh"
 #include "sm90/pack_gqa.cuh"
@@ -23,12 +32,29 @@ struct Epilogue {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kHeadDimV = Traits::kHeadDimV;
   using TiledMmaPV = typename Traits::TiledMmaPV;
+  using SharedStorage = typename Traits::SharedStorage;
+
+  // Staged output: each MMA warpgroup stages its 64 rows in its share of sVLoad. That buffer is free once the
+  // warpgroup's KV loop is over, whatever the other warpgroup still does: every V tile loaded has been
+  // transposed (the warpgroup consumed every V^T stage), and nothing else reads or writes it. (sK and sVt may
+  // still be read by the other warpgroup's GEMMs.) Where 64 full rows do not fit (d256), dv goes in two passes.
+  static constexpr bool kStagedOut = kBlockM == 128;
+  static constexpr int kStageRegionBytes = int(sizeof(SharedStorage::smem_vload)) / Traits::kNumMmaWarpgroups;
+  static constexpr int kStagePasses = 64 * (kHeadDimV * 2 + 16) <= kStageRegionBytes ? 1 : 2;
+  static constexpr int kPassCols = kHeadDimV / kStagePasses;
+  // A row of 16-bit outputs plus 16 bytes: rows then start 4 banks apart (row stride in words = 4 mod 8), so a
+  // warp's pair stores (8 rows x 4 threads x 4 bytes) hit 32 distinct banks; rows stay 16-byte aligned for
+  // the bulk copy.
+  static constexpr int kStageRowBytes = kPassCols * 2 + 16;
+  static_assert(!kStagedOut || 64 * kStageRowBytes <= kStageRegionBytes, "staged rows fit the sVLoad share");
+  static_assert(!kStagedOut || ((kStageRowBytes / 4) % 8 == 4 && kPassCols % 8 == 0),
+                "conflict-free staging rows; passes split dv at whole accumulator column blocks");
 
   // head: the CTA's q head, or its kv head with PackGQA. o_scale / lse: per row half of this thread.
   template <class FragmentO>
-  CUTE_DEVICE static void store(const FwdArgs& args, const SeqInfo& seq, int m_block, int head, int split,
-                                int mma_thread, FragmentO const& tOrO, const float (&o_scale)[2],
-                                const float (&lse)[2]) {
+  CUTE_DEVICE static void store(SharedStorage& smem, const FwdArgs& args, const SeqInfo& seq, int m_block,
+                                int head, int split, int mma_thread, FragmentO const& tOrO,
+                                const float (&o_scale)[2], const float (&lse)[2]) {
     TiledMmaPV tiled_mma_pv;
     auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread);
     Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (BLK_M, DV) -> (row, col)
@@ -61,6 +87,19 @@ struct Epilogue {
         }
       }
     };
+    // Pass `pass` of the staged output: this thread's pairs in columns [pass, pass + 1) * kPassCols into its
+    // rows of the warpgroup's staging rows. Which pass a pair belongs to is known at compile time: the
+    // accumulator's column minus the thread's first column is a constant multiple of 8.
+    auto stage_pairs = [&](int pass, char* region, const int (&local_row)[2], auto convert) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tOrO); i += 2) {
+        const int col = get<1>(tOcO(i)) - first_col;
+        if (col / kPassCols != pass) { continue; }
+        const int h = (i / 2) % 2;
+        convert(region + local_row[h] * kStageRowBytes + (first_col + col - pass * kPassCols) * 2,
+                tOrO(i) * o_scale[h], tOrO(i + 1) * o_scale[h]);
+      }
+    };
     if (args.split_kv) {
       auto row_address = [&](int h) {
         const int64_t row = seq.partial_row0 + target[h].token;
@@ -69,18 +108,61 @@ struct Epilogue {
       store_pairs(row_address(0), row_address(1),
                   [](float* dst, float lo, float hi) { *reinterpret_cast<float2*>(dst) = make_float2(lo, hi); });
     } else {
-      auto out_offset = [&](int h) {
-        return seq.tma_batch_q * args.o_batch_stride + int64_t(target[h].head_q) * args.o_head_stride +
-               int64_t(seq.offset_q + target[h].token) * args.o_row_stride;
+      auto out_offset_of = [&](const RowTarget& t) {
+        return seq.tma_batch_q * args.o_batch_stride + int64_t(t.head_q) * args.o_head_stride +
+               int64_t(seq.offset_q + t.token) * args.o_row_stride;
       };
-      if (args.out_is_bf16) {
+      if constexpr (kStagedOut) {
+        // Thread r < 64 of the warpgroup copies row r of the warpgroup's 64.
+        const int warpgroup = mma_thread / 128;
+        const int copy_row = mma_thread % 128;
+        const RowTarget copy_target = pack.row_target(m_block * kBlockM + warpgroup * 64 + copy_row, head);
+        const bool copies = copy_row < 64 && copy_target.token < seq.seqlen_q;
+        char* out_row = static_cast<char*>(args.out) + out_offset_of(copy_target) * 2;
+        char* region = reinterpret_cast<char*>(smem.smem_vload.data()) + warpgroup * kStageRegionBytes;
+        const int local_row[2] = {accumulator_row(mma_thread, 0) % 64, accumulator_row(mma_thread, 1) % 64};
+        // The warpgroup's own named barrier, its id an immediate (a register id makes ptxas reserve all 16).
+        auto warpgroup_sync = [&]() {
+          if (warpgroup == 0) {
+            cutlass::arch::NamedBarrier::sync(128, 0);
+          } else {
+            cutlass::arch::NamedBarrier::sync(128, 1);
+          }
+        };
+        CUTE_UNROLL
+        for (int pass = 0; pass < kStagePasses; ++pass) {
+          if (pass > 0) {  // the previous pass's copies have read the rows
+            if (copies) { cute::tma_store_wait<0>(); }
+            warpgroup_sync();
+          }
+          if (args.out_is_bf16) {
+            stage_pairs(pass, region, local_row, [](char* dst, float lo, float hi) {
+              *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(lo, hi);
+            });
+          } else {
+            stage_pairs(pass, region, local_row, [](char* dst, float lo, float hi) {
+              *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(lo, hi);
+            });
+          }
+          // The bulk copies read the rows through the async proxy: order this thread's stores first, then
+          // wait for the whole warpgroup's.
+          cutlass::arch::fence_view_async_shared();
+          warpgroup_sync();
+          if (copies) {
+            cute::SM90_BULK_COPY_S2G::copy(region + copy_row * kStageRowBytes, out_row + pass * kPassCols * 2, kPassCols * 2);
+            cute::tma_store_arrive();
+          }
+        }
+        // The rows must stay in shared memory until the copies have read them (the CTA may exit next).
+        if (copies) { cute::tma_store_wait<0>(); }
+      } else if (args.out_is_bf16) {
         auto* out = static_cast<__nv_bfloat16*>(args.out);
-        store_pairs(out + out_offset(0), out + out_offset(1), [](__nv_bfloat16* dst, float lo, float hi) {
+        store_pairs(out + out_offset_of(target[0]), out + out_offset_of(target[1]), [](__nv_bfloat16* dst, float lo, float hi) {
           *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(lo, hi);
         });
       } else {
         auto* out = static_cast<__half*>(args.out);
-        store_pairs(out + out_offset(0), out + out_offset(1), [](__half* dst, float lo, float hi) {
+        store_pairs(out + out_offset_of(target[0]), out + out_offset_of(target[1]), [](__half* dst, float lo, float hi) {
           *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(lo, hi);
         });
       }

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late so that
     // waiting combine CTAs never hold an SM a forward CTA of a later wave still needs.
     cutlass::arch::launch_dependent_grids();
-    Epilogue<Traits>::store(args, seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
+    Epilogue<Traits>::store(smem, args, seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
   }
 }
 
