@@ -87,15 +87,29 @@ def run_metadata() -> dict[str, Any]:
 
 class L2Flush:
     """A buffer whose zero_() evicts the working set from L2 between timed runs: ``nbytes``, by default
-    max(64 MB, 2 x L2)."""
+    max(64 MB, 2 x L2).
 
-    def __init__(self, device: torch.device, nbytes: Optional[int] = None) -> None:
+    ``kind="read"`` evicts by reading the buffer instead (a reduction over it). A zero_() leaves the L2 full of
+    dirty lines, and whatever runs next pays for writing them back to HBM while it reads its own data; a read
+    leaves clean lines, as the weight reads between two attention layers of a decode step do."""
+
+    KINDS = ("zero", "read")
+
+    def __init__(self, device: torch.device, nbytes: Optional[int] = None, kind: str = "zero") -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"L2Flush kind: expected one of {self.KINDS}, got {kind!r}")
         l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
         self.nbytes = nbytes or max(FLUSH_MIN_BYTES, 2 * l2_bytes)
-        self.buffer = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+        self.kind = kind
+        self.buffer = torch.zeros(self.nbytes, dtype=torch.uint8, device=device)
+        self.words = self.buffer.view(torch.int32)
+        self.sink = torch.empty((), dtype=torch.int32, device=device)
 
     def __call__(self) -> None:
-        self.buffer.zero_()
+        if self.kind == "zero":
+            self.buffer.zero_()
+        else:
+            torch.amax(self.words, dim=0, out=self.sink)
 
 
 def capture_graph(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:

@@ -5,9 +5,12 @@ pages in one cache tensor [2, num_blocks, 16, Hkv, d] unbound into k/v views, bl
 seqused_k = context for every request; cu_seqlens_q with q_tokens per request; causal, window
 (window_left, 0); max_seqlen_k = 32768 as under vLLM's CUDA-graph capture; num_splits = 0; descales
 expand()ed to (B, Hkv) with strides (0, 0); bf16 out pre-allocated. ``--layers`` layers, each with its
-own cache, are captured in ONE CUDA graph with an L2 flush (zero_() of a 64 MB buffer, the file's
-method; --flush-mb changes it) before each layer. Time per layer = (graph time - flush-only graph
-time) / layers, each the median over replays.
+own cache, are captured in ONE CUDA graph with an L2 flush of a 64 MB buffer before each layer (--flush-mb
+changes it). Time per layer = (graph time - flush-only graph time) / layers, each the median over replays.
+Each shape is timed under two flushes: zero_() of the buffer (`us`, the file's method) and a read of it
+(`us_read_flush`). zero_() leaves the L2 full of dirty lines that the attention kernel then writes back while it
+reads its K/V (~7 us on every shape larger than the L2, docs/perf.md run 25); the read leaves clean lines, as the
+weight reads between two attention layers of a decode step do. FA3 FP8 (when it imports) is timed under both.
 
 HBM floor = bytes the step must move (K and V of the visible keys, q and out) / 4.27 TB/s.
 
@@ -124,7 +127,7 @@ def per_layer_us(calls: list[Callable[[], Any]], flush: bc.L2Flush, args: argpar
     return (total_ms - flush_ms) / len(calls) * 1e3
 
 
-def ours(shape: dict[str, Any], layers: list[Layer]) -> list[Callable[[], Any]]:
+def ours(shape: dict[str, Any], layers: list[Layer], num_splits: int = 0) -> list[Callable[[], Any]]:
     requests, q_tokens = shape["requests"], shape["q_tokens"]
     device = layers[0].q.device
     cu_q = torch.arange(0, requests * q_tokens + 1, q_tokens, dtype=torch.int32, device=device)
@@ -136,7 +139,7 @@ def ours(shape: dict[str, Any], layers: list[Layer]) -> list[Callable[[], Any]]:
             q=layer.q, k=layer.k, v=layer.v, out=layer.out, cu_seqlens_q=cu_q, max_seqlen_q=q_tokens,
             seqused_k=used, max_seqlen_k=MAX_SEQLEN_K, softmax_scale=shape["d"] ** -0.5, causal=True,
             window_size=window_arg(shape), block_table=layer.block_table, softcap=0.0, q_descale=qs, k_descale=ks,
-            v_descale=vs, num_splits=0)
+            v_descale=vs, num_splits=num_splits)
 
     return [call(layer) for layer in layers]
 
@@ -201,26 +204,32 @@ def sdpa_bf16_dense(shape: dict[str, Any], num_layers: int, device: torch.device
     return [call() for _ in range(num_layers)]
 
 
-def bench_paged(shape: dict[str, Any], flush: bc.L2Flush, args: argparse.Namespace,
+def bench_paged(shape: dict[str, Any], flushes: list[bc.L2Flush], args: argparse.Namespace,
                 device: torch.device) -> dict[str, Any]:
-    """fp8attn, then each importable paged-KV peer, on the same ``args.layers`` caches (freed on return)."""
+    """fp8attn, then each importable paged-KV peer, on the same ``args.layers`` caches (freed on return), under
+    each flush: the first gives ``us`` and ``<peer>_us_same_run``, the others add ``..._<kind>_flush`` keys."""
     layers = [make_layer(shape, device) for _ in range(args.layers)]
     calls = ours(shape, layers)
     calls[0]()
     torch.cuda.synchronize()
     if not torch.isfinite(layers[0].out.float()).all():
         raise RuntimeError(f"{shape['name']}: fp8attn produced non-finite output; not timing a broken kernel")
-    times: dict[str, Any] = {"us": per_layer_us(calls, flush, args)}
+    times: dict[str, Any] = {}
     peers = {"fa3_fp8": fa3_fp8, "vllm_fa_fp8": vllm_fa_fp8}
-    for name, build in peers.items():
-        if name in args.peers:
-            times[f"{name}_us_same_run"] = bc.try_peer(name, lambda build=build: per_layer_us(build(shape, layers), flush, args))
+    for i, flush in enumerate(flushes):
+        suffix = "" if i == 0 else f"_{flush.kind}_flush"
+        times["us" + suffix] = per_layer_us(calls, flush, args)
+        for name, build in peers.items():
+            if name in args.peers:
+                times[f"{name}_us_same_run{suffix}"] = bc.try_peer(
+                    name, lambda build=build, flush=flush: per_layer_us(build(shape, layers), flush, args))
     return times
 
 
-def bench_shape(shape: dict[str, Any], flush: bc.L2Flush, args: argparse.Namespace,
+def bench_shape(shape: dict[str, Any], flushes: list[bc.L2Flush], args: argparse.Namespace,
                 device: torch.device) -> dict[str, Any]:
-    times = bench_paged(shape, flush, args, device)
+    times = bench_paged(shape, flushes, args, device)
+    flush = flushes[0]
     torch.cuda.empty_cache()
     us = times["us"]
     kv_bytes, total_bytes = bytes_needed(shape)
@@ -233,8 +242,12 @@ def bench_shape(shape: dict[str, Any], flush: bc.L2Flush, args: argparse.Namespa
     design = row["published_us"].get("design_fp8")
     row["speedup_vs_design"] = design / us if design else None
     row.update({k: v for k, v in times.items() if k != "us"})
-    row["sdpa_bf16_dense_us"] = bc.try_peer(
-        "sdpa_bf16_dense", lambda: per_layer_us(sdpa_bf16_dense(shape, args.layers, device), flush, args))
+    for other in flushes[1:]:
+        key = f"us_{other.kind}_flush"
+        row[f"pct_floor_{other.kind}_flush"] = 100 * floor_us / times[key]
+    if not args.ours_only:
+        row["sdpa_bf16_dense_us"] = bc.try_peer(
+            "sdpa_bf16_dense", lambda: per_layer_us(sdpa_bf16_dense(shape, args.layers, device), flush, args))
     torch.cuda.empty_cache()
     return row
 
@@ -273,6 +286,10 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=50, help="timed graph replays")
     parser.add_argument("--shapes", nargs="+", help="only these shape names")
     parser.add_argument("--flush-mb", type=int, default=64, help="L2 flush buffer between layers, MiB")
+    parser.add_argument("--flush-kinds", nargs="+", choices=bc.L2Flush.KINDS, default=["zero", "read"],
+                        help="L2 flushes to time under, the first giving `us` (default: zero_, then a read of the "
+                             "buffer, which leaves no dirty lines for the next kernel to write back: bench_common.L2Flush)")
+    parser.add_argument("--ours-only", action="store_true", help="time fp8attn alone (no peers, no SDPA): A/B runs")
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
     args = parser.parse_args()
 
@@ -282,13 +299,14 @@ def main() -> None:
         raise SystemExit(f"no shape matches {args.shapes}")
     args.hbm_tbps = spec["hbm_TBps_measured"]
     device = bc.require_device()
-    args.peers = {name for name, module in PEER_MODULES.items() if bc.importable(module)}
-    print(f"peers: torch SDPA bf16 (dense){''.join(', ' + p for p in sorted(args.peers))}")
-    flush = bc.L2Flush(device, args.flush_mb << 20)
+    args.peers = set() if args.ours_only else {name for name, module in PEER_MODULES.items() if bc.importable(module)}
+    print("peers: none (--ours-only)" if args.ours_only else
+          f"peers: torch SDPA bf16 (dense){''.join(', ' + p for p in sorted(args.peers))}")
+    flushes = [bc.L2Flush(device, args.flush_mb << 20, kind=kind) for kind in args.flush_kinds]
 
     rows = []
     for shape in shapes:
-        row = bench_shape(shape, flush, args, device)
+        row = bench_shape(shape, flushes, args, device)
         print(f"{row['name']}: {row['us']:.2f} us, {row['pct_floor']:.1f}% of floor")
         rows.append(row)
 
@@ -297,11 +315,15 @@ def main() -> None:
     bc.write_json(args.out_dir / "decode.json", {
         "shapes": rows, "hbm_TBps": args.hbm_tbps,
         "geomean_speedup_vs_design": bc.geomean(speedups) if speedups else None,
-        "layers": args.layers, "flush_bytes": flush.nbytes, "max_seqlen_k": MAX_SEQLEN_K, "page_size": PAGE,
+        "layers": args.layers, "flush_bytes": flushes[0].nbytes,
+        "flush_kinds": [f.kind for f in flushes], "max_seqlen_k": MAX_SEQLEN_K, "page_size": PAGE,
         "commit": meta["commit"], "gpu": meta["gpu"], "date": meta["date"], "meta": meta})
     plot(rows, args.out_dir / "decode.png")
 
-    peer_keys = [k for k in ("fa3_fp8_us_same_run", "vllm_fa_fp8_us_same_run", "sdpa_bf16_dense_us") if any(r.get(k) for r in rows)]
+    extra = [f"_{f.kind}_flush" for f in flushes[1:]]
+    peer_keys = [k for k in ("fa3_fp8_us_same_run", "vllm_fa_fp8_us_same_run", "sdpa_bf16_dense_us",
+                             *(f"us{x}" for x in extra), *(f"pct_floor{x}" for x in extra),
+                             *(f"fa3_fp8_us_same_run{x}" for x in extra)) if any(r.get(k) for r in rows)]
     headers = ["shape", "KV MB", "us", "floor us", "% floor", "GB/s", "design us", "x design", "fa3 fp8 us (json)",
                *(k.removesuffix("_us") + " us" for k in peer_keys)]
     table = [[r["name"], r["kv_MB"], r["us"], r["floor_us"], r["pct_floor"], r["GBps"],

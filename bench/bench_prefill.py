@@ -100,11 +100,12 @@ def bench_one(d: int, causal: bool, seqlen: int, flush: bc.L2Flush, args: argpar
     row: dict[str, Any] = {"d": d, "causal": causal, "seqlen": seqlen, "batch": batch, "heads": heads,
                            "ms": ms, "tflops": tflops(seqlen, d, heads, batch, causal, ms)}
 
-    qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (qb, kb, vb))  # SDPA wants [B, H, S, d]
-    sdpa = sdpa_bf16(qt, kt, vt, causal)
-    sdpa_ms = bc.time_back_to_back(sdpa, flush=flush, warmup=args.warmup, iters=args.iters)
-    row["sdpa_bf16_tflops"] = tflops(seqlen, d, heads, batch, causal, sdpa_ms)
-    del qt, kt, vt
+    if not args.ours_only:
+        qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (qb, kb, vb))  # SDPA wants [B, H, S, d]
+        sdpa = sdpa_bf16(qt, kt, vt, causal)
+        sdpa_ms = bc.time_back_to_back(sdpa, flush=flush, warmup=args.warmup, iters=args.iters)
+        row["sdpa_bf16_tflops"] = tflops(seqlen, d, heads, batch, causal, sdpa_ms)
+        del qt, kt, vt
 
     for name, build in peer_calls(q8, k8, v8, descales, qb, kb, vb, causal).items():
         if name not in args.peers:
@@ -154,10 +155,11 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=15, help="timed graph replays (8 calls each)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
+    parser.add_argument("--ours-only", action="store_true", help="time fp8attn alone (no peers, no SDPA): A/B runs")
     args = parser.parse_args()
 
     device = bc.require_device()
-    args.peers = {name for name, module in PEER_MODULES.items() if bc.importable(module)}
+    args.peers = set() if args.ours_only else {name for name, module in PEER_MODULES.items() if bc.importable(module)}
     print(f"peers: torch SDPA bf16{''.join(', ' + p for p in sorted(args.peers))} "
           f"(absent: {', '.join(sorted(set(PEER_MODULES) - args.peers)) or 'none'})")
     flush = bc.L2Flush(device)
@@ -168,7 +170,7 @@ def main() -> None:
             for seqlen in args.seqlens:
                 row = bench_one(d, causal, seqlen, flush, args, device)
                 print(f"d={d} causal={causal} seqlen={seqlen}: {row['tflops']:.1f} TFLOP/s "
-                      f"(sdpa bf16 {row['sdpa_bf16_tflops']:.1f})")
+                      f"(sdpa bf16 {row.get('sdpa_bf16_tflops') or 0:.1f})")
                 rows.append(row)
                 torch.cuda.empty_cache()
 
@@ -179,7 +181,7 @@ def main() -> None:
     peer_keys = sorted({k for r in rows for k in r if k.endswith("_tflops")} - {"tflops", "sdpa_bf16_tflops"})
     headers = ["d", "causal", "seqlen", "batch", "heads", "ms", "TFLOP/s", "sdpa bf16", *(k[:-7] for k in peer_keys),
                "x fa3 fp8"]
-    table = [[r["d"], r["causal"], r["seqlen"], r["batch"], r["heads"], r["ms"], r["tflops"], r["sdpa_bf16_tflops"],
+    table = [[r["d"], r["causal"], r["seqlen"], r["batch"], r["heads"], r["ms"], r["tflops"], r.get("sdpa_bf16_tflops"),
               *(r.get(k) for k in peer_keys), r.get("ratio_vs_fa3_fp8")] for r in rows]
     print(bc.format_table(headers, table))
 

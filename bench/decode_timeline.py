@@ -3,7 +3,7 @@ layer), from CUPTI through torch.profiler, for fp8attn and (when it imports) FA3
 
 For each shape and library, per layer (median over layers and replays), microseconds:
   gap_in   flush end -> first attention kernel start (launch latency the step pays after the previous kernel)
-  fwd      forward kernel duration
+  fwd      forward kernel duration (FA3's scheduling-metadata kernel, when it runs one, counts in the span only)
   gap_mid  forward end -> combine start (negative when the combine overlaps the forward: programmatic launch)
   combine  combine kernel duration
   span     first attention kernel start -> last attention kernel end
@@ -39,28 +39,41 @@ def kernel_events(prof: Any) -> list[tuple[str, float, float]]:
     return sorted(events, key=lambda t: t[1])
 
 
-def is_flush(name: str) -> bool:
-    return "fill" in name.lower() or "zero" in name.lower() or "memset" in name.lower()
+def kernel_role(name: str) -> str:
+    """'flush' (whatever runs between layers: the L2 flush's fill or reduction kernels), or an attention kernel's
+    role: 'prepare' (FA3's scheduling metadata kernel), 'combine' (split-KV reduction) or 'fwd'."""
+    lower = name.lower()
+    if "fp8attn" not in lower and "flash" not in lower:
+        return "flush"
+    if "combine" in lower:
+        return "combine"
+    return "prepare" if "prepare" in lower else "fwd"
 
 
 def decompose(events: list[tuple[str, float, float]]) -> dict[str, float]:
-    """Per-layer phases from a kernel list of [flush, attention kernels...]* (see the module doc)."""
+    """Per-layer phases from a kernel list of [flush kernels, attention kernels...]* (see the module doc)."""
     layers: list[dict[str, Any]] = []
     for name, start, end in events:
-        if is_flush(name):
-            layers.append({"flush_start": start, "flush_end": end, "kernels": []})
+        role = kernel_role(name)
+        if role == "flush":
+            if layers and not layers[-1]["kernels"]:  # a flush of several kernels
+                layers[-1]["flush_end"] = end
+            else:
+                layers.append({"flush_start": start, "flush_end": end, "kernels": []})
         elif layers:
-            layers[-1]["kernels"].append((name, start, end))
+            layers[-1]["kernels"].append((role, start, end))
     phases: dict[str, list[float]] = {k: [] for k in ("gap_in", "fwd", "gap_mid", "combine", "span", "step")}
     for layer, next_layer in zip(layers, layers[1:] + [None]):
         ks = layer["kernels"]
-        if not ks:
+        fwd = [k for k in ks if k[0] == "fwd"]
+        if not fwd:
             continue
         phases["gap_in"].append(ks[0][1] - layer["flush_end"])
-        phases["fwd"].append(ks[0][2] - ks[0][1])
-        if len(ks) > 1:
-            phases["gap_mid"].append(ks[1][1] - ks[0][2])
-            phases["combine"].append(ks[-1][2] - ks[1][1])
+        phases["fwd"].append(fwd[0][2] - fwd[0][1])
+        combine = [k for k in ks if k[0] == "combine"]
+        if combine:
+            phases["gap_mid"].append(combine[0][1] - fwd[0][2])
+            phases["combine"].append(combine[0][2] - combine[0][1])
         phases["span"].append(max(k[2] for k in ks) - ks[0][1])
         if next_layer is not None:
             phases["step"].append(next_layer["flush_start"] - layer["flush_end"])
@@ -88,13 +101,15 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=5)
     parser.add_argument("--flush-kb", type=int, default=64 << 10,
                         help="flush buffer between layers, KiB (4: a fill kernel that evicts nothing, for warm caches)")
+    parser.add_argument("--flush-kind", choices=bc.L2Flush.KINDS, default="zero",
+                        help="evict by writing the buffer (zero_) or by reading it (bench_common.L2Flush)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
 
     spec = json.loads(bd.shapes_path().read_text())
     shapes = [s for s in spec["shapes"] if not args.shapes or s["name"] in args.shapes]
     device = bc.require_device()
-    flush = bc.L2Flush(device, args.flush_kb << 10)
+    flush = bc.L2Flush(device, args.flush_kb << 10, kind=args.flush_kind)
     libs = {"fp8attn": bd.ours}
     if bc.importable("flash_attn_interface"):
         libs["fa3_fp8"] = bd.fa3_fp8
@@ -103,7 +118,7 @@ def main() -> None:
         layers = [bd.make_layer(shape, device) for _ in range(args.layers)]
         for lib, build in libs.items():
             phases, names = timeline(build(shape, layers), flush, args.replays)
-            rows.append({"shape": shape["name"], "lib": lib, "flush_kb": args.flush_kb, **phases, "kernels": names})
+            rows.append({"shape": shape["name"], "lib": lib, "flush_kb": args.flush_kb, "flush_kind": args.flush_kind, **phases, "kernels": names})
             print(f"{shape['name']} {lib}: kernels {names}")
         del layers
         torch.cuda.empty_cache()
