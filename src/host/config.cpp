@@ -42,20 +42,23 @@ double m_tile_efficiency(int64_t rows, int block_m) {
 
 int block_m_for_rows(int64_t rows) { return rows <= 64 ? 64 : 128; }
 
-// Longest key range (max_seqlen_k) at which prefill with dv <= 128 still takes 64-row tiles.
+// Longest key range (max_seqlen_k) at which prefill with d, dv <= 96 still takes 64-row tiles.
 constexpr int kMaxKeysForShortTileBlockM = 1024;
 
 // Query tile rows. 64-row tiles (one MMA warpgroup) run two CTAs per SM where dv <= 128 (kernel_rules.h), so one
 // CTA's prologue, pipeline fill and epilogue overlap the other CTA's KV loop; 128-row tiles read each K/V block
-// once for twice the rows. Measured (docs/perf.md run 24, H200, one process, 64 vs 128 rows, 1k queries): at
+// once for twice the rows. Measured (docs/perf.md runs 24-25, H200, one process, 64 vs 128 rows, 1k queries): at
 // dv = 64 the 64-row tile wins at every key length (+16% at 1k keys, +3.5% at 16k: the same time per KV block,
-// a smaller fixed part per tile); at dv = 128 only up to 1k keys (+4%, causal +7%), from 2k keys the doubled K/V
-// traffic costs more (-6% at 2k, -13% at 16k). Short decode tiles (<= 64 rows) are 64 rows anyway; head dims
-// above 128 keep 128-row prefill tiles (d192 with dv 128 would fit two CTAs but is not measured).
+// a smaller fixed part per tile); at d = dv = 96 up to 1k keys (+10%, causal +7%). At d = dv = 128 it won up to 1k
+// keys (+4%) while the 128-row epilogue stored rows 4 bytes at a time; since that epilogue stages its rows in
+// shared memory (bulk copies) the 128-row tile wins there too (+2% at 1k keys, causal +4%, run 25). Short decode
+// tiles (<= 64 rows) are 64 rows anyway; head dims above 128 keep 128-row prefill tiles (d192 with dv 128 would
+// fit two CTAs but is not measured).
 int block_m_for(int64_t rows, const ProblemShape& p) {
   if (rows <= 64) { return 64; }
   if (p.head_dim > 128 || p.head_dim_v > 128) { return 128; }
-  return p.head_dim_v <= 64 || p.max_seqlen_k <= kMaxKeysForShortTileBlockM ? 64 : 128;
+  if (p.head_dim_v <= 64) { return 64; }
+  return p.head_dim <= 96 && p.head_dim_v <= 96 && p.max_seqlen_k <= kMaxKeysForShortTileBlockM ? 64 : 128;
 }
 
 // KV blocks one query tile visits at most: the whole key range, or, with a window bounded on both sides,
@@ -68,9 +71,15 @@ int max_kv_blocks(const ProblemShape& p, int block_n, int block_m) {
   return std::max(1, ceil_div(keys, block_n));
 }
 
-// Split count that best fills the CTA slots of the GPU (the FlashAttention rule): none when the grid already
-// fills 80% of a wave or the KV range is short; else the smallest count whose wave efficiency is within 85%
-// of the best, keeping at least one KV block per split.
+// Split count for a grid too small to fill the GPU (none when it already fills 80% of a wave or the KV range is
+// short): the most splits that still fit in one wave of CTA slots, when that wave is within 85% of the best wave
+// efficiency any count reaches; else (grids too large for one wave to be well filled by splitting) the smallest
+// count whose wave efficiency is within 85% of the best (the FlashAttention rule). Always at least one KV block
+// per split. Why one wave first: a decode CTA's fixed part (its cold start, the epilogue) is several KV blocks'
+// time, so a second wave of short CTAs costs more than the shorter splits save, while more splits inside the one
+// wave shorten every split. Measured (docs/perf.md run 25, split counts forced, the decode steps of
+// bench_decode.py): llama 1x1-4k 29 splits 14.0 us, 32 splits 13.0; 70b 8x1-32k 15 splits 50.7, 16 splits 50.2,
+// 32 (two waves) 55.0; gemma 4x4 (d256, 132 slots) 7 splits 13.5, 9 and 17 (two and three waves) 18.3 and 23.0.
 int split_heuristic(int64_t ctas, int kv_blocks, int slots) {
   if (ctas >= int64_t(0.8 * slots) || kv_blocks <= 4) { return 1; }
   const int max_splits = std::min({128, kv_blocks, slots});
@@ -80,6 +89,8 @@ int split_heuristic(int64_t ctas, int kv_blocks, int slots) {
   };
   double best = 0;
   for (int s = 1; s <= max_splits; ++s) { best = std::max(best, efficiency(s)); }
+  const int one_wave = int(std::clamp<int64_t>(slots / ctas, 1, max_splits));
+  if (efficiency(one_wave) >= 0.85 * best) { return one_wave; }
   for (int s = 1; s <= max_splits; ++s) {
     if (efficiency(s) >= 0.85 * best) { return s; }
   }

@@ -218,9 +218,9 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (group > 1 && c.seqlen_q >= 1 && int64_t{c.seqlen_q} * group <= 64 && !k.pack_gqa)
     e << " GQA decode (" << c.seqlen_q << " tokens x " << group << " heads <= 64) not packed;";
   const int64_t rows = int64_t{c.seqlen_q} * (k.pack_gqa ? group : 1);
-  // 64-row tiles for short decode (rows of one tile's head <= 64), for dv <= 64, and for dv <= 128 over at most
-  // 1024 keys, both head dims <= 128 (two CTAs per SM: docs/perf.md run 24); 128 rows otherwise.
-  const bool two_cta_prefill = c.d <= 128 && c.dv <= 128 && (c.dv <= 64 || c.seqlen_k <= 1024);
+  // 64-row tiles for short decode (rows of one tile's head <= 64), for dv <= 64 (d <= 128), and for d, dv <= 96
+  // over at most 1024 keys (two CTAs per SM: docs/perf.md runs 24-25); 128 rows otherwise.
+  const bool two_cta_prefill = c.d <= 128 && (c.dv <= 64 || (c.d <= 96 && c.dv <= 96 && c.seqlen_k <= 1024));
   const int want_block_m = rows <= 64 || two_cta_prefill ? 64 : 128;
   if (k.key.block_m != want_block_m) e << " block_m " << k.key.block_m << " for " << rows << " rows per head;";
 
@@ -418,12 +418,13 @@ TEST(ConfigBlockM, LongerUses128Rows) {
     }
 }
 
-// Two CTAs of 64 rows per SM where they measured faster (docs/perf.md run 24): dv = 64 at every key length,
-// dv <= 128 up to 1024 keys; never d or dv > 128 (not measured, or one CTA per SM either way).
+// Two CTAs of 64 rows per SM where they measured faster (docs/perf.md runs 24-25): dv = 64 at every key length,
+// d, dv <= 96 up to 1024 keys; d = dv = 128 takes 128 rows since its 128-row epilogue is staged (run 25); never d
+// or dv > 128 (not measured, or one CTA per SM either way).
 TEST(ConfigBlockM, NarrowOrShortPrefillUses64Rows) {
   struct Want { int d, dv, seqlen_k, block_m; };
   const std::vector<Want> wants = {{64, 64, 16384, 64},   {64, 64, 1024, 64},     {96, 96, 1024, 64},
-                                   {96, 96, 1025, 128},   {128, 128, 1024, 64},   {128, 128, 512, 64},
+                                   {96, 96, 1025, 128},   {128, 128, 1024, 128},  {128, 128, 512, 128},
                                    {128, 128, 1025, 128}, {128, 128, 16384, 128}, {192, 128, 1024, 128},
                                    {192, 192, 1024, 128}, {256, 256, 1024, 128},  {256, 256, 256, 128}};
   for (const Want& w : wants)
@@ -546,6 +547,46 @@ TEST(ConfigSplit, HeuristicFillsSmsForSmallGridLongKv) {
     EXPECT_LE(total, slots) << describe(k) << " slots " << slots;
     std::cout << "[ split ] batch 1, 32:8, 1 token, 32k keys, " << n_sm << " SMs: " << describe(k) << "\n";
   }
+}
+
+TEST(ConfigSplit, HeuristicTakesTheMostSplitsThatFitOneWave) {
+  // The decode steps of bench_decode.py where the grid is small (docs/perf.md run 25): as many splits as one wave
+  // of CTA slots holds, never a second wave.
+  struct Step {
+    const char* name;
+    int d, heads_q, heads_kv, batch, window_left, splits;
+  };
+  const Step steps[] = {
+      {"llama 8b 1x1 (8 CTAs, 264 slots)", 128, 32, 8, 1, -1, 33},
+      {"llama 70b tp4 8x1 (16 CTAs, 264 slots)", 128, 16, 2, 8, -1, 16},
+      {"gemma 4x4, d256 window 1023 (16 CTAs, 132 slots)", 256, 8, 4, 4, 1023, 8},
+      {"llama 8b 16x1 (128 CTAs, 264 slots)", 128, 32, 8, 16, -1, 2},
+  };
+  for (const Step& st : steps) {
+    Case c;
+    c.d = c.dv = st.d;
+    c.heads_q = st.heads_q;
+    c.heads_kv = st.heads_kv;
+    c.batch = st.batch;
+    c.seqlen_q = st.d == 256 ? 4 : 1;
+    c.seqlen_k = 32768;  // max_seqlen_k under vLLM's graph capture
+    c.paged = true;
+    c.causal = true;
+    c.window_left = st.window_left;
+    const KernelConfig k = config_of(c);
+    EXPECT_EQ(k.num_splits, st.splits) << st.name << ": " << describe(k);
+    const int64_t slots = int64_t{c.num_sms} * ctas_per_sm(k);
+    EXPECT_LE(int64_t{k.grid_x} * k.grid_y * k.grid_z, slots) << st.name << ": " << describe(k);
+  }
+  // A grid that one wave cannot fill well however it is split (150 CTAs of 264 slots: one split fills 57%) still
+  // takes the FlashAttention rule's count, here three splits over two waves.
+  Case mid;
+  mid.d = mid.dv = 128;
+  mid.heads_q = mid.heads_kv = 75;  // MHA: 75 heads x 2 sequences = 150 CTAs
+  mid.batch = 2;
+  mid.seqlen_k = 32768;
+  mid.paged = true;
+  EXPECT_EQ(config_of(mid).num_splits, 3) << describe(config_of(mid));
 }
 
 TEST(ConfigSplit, HeuristicDoesNotSplitAFullGrid) {

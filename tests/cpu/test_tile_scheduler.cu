@@ -33,6 +33,7 @@ const Problem kProblems[] = {
     {"decode explicit splits", 7, 1, 4096, 8, 1, 192, false, 5},
     {"speculative decode", 5, 4, 2048, 64, 8, 128, true, 3},
     {"prefill d256 1k causal", 16, 1024, 1024, 8, 8, 256, true, 0},
+    {"prefill d96 1k causal", 16, 1024, 1024, 16, 16, 96, true, 0},
 };
 
 ProblemShape shape_of(const Problem& p) {
@@ -106,9 +107,11 @@ TEST(TileOrder, CausalSectionsFitTheL2Share) {
   EXPECT_GT(long_keys.tile_order_rows, 1);
   EXPECT_LE(int64_t(long_keys.tile_order_rows) * 16384 * 256, int64_t{24} << 20);
   EXPECT_LT(long_keys.tile_order_rows, 16);
-  const KernelConfig short_keys = select_config(shape_of(kProblems[1]));  // 16 M blocks of 64 rows
+  const KernelConfig short_keys = select_config(shape_of(kProblems[11]));  // 16 M blocks of 64 rows
   EXPECT_TRUE(short_keys.reverse_m);
-  EXPECT_EQ(short_keys.tile_order_rows, 96);                              // 24 MiB / (1k keys x 256 B)
+  EXPECT_EQ(short_keys.tile_order_rows, 128);                              // 24 MiB / (1k keys x 192 B)
+  const KernelConfig d128_1k = select_config(shape_of(kProblems[1]));     // 8 M blocks of 128 rows: the grid order
+  EXPECT_FALSE(d128_1k.reverse_m);
   const KernelConfig d256_1k = select_config(shape_of(kProblems[10]));   // 8 M blocks: the grid order
   EXPECT_FALSE(d256_1k.reverse_m);
   EXPECT_EQ(d256_1k.tile_order_rows, 1);
