@@ -280,6 +280,16 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     bc.save_figure(fig, path)
 
 
+def column_label(key: str) -> str:
+    """A result key as a table header: 'fa3_fp8_us_same_run_read_flush' -> 'fa3 fp8 us, read flush'."""
+    flush = ""
+    for kind in bc.L2Flush.KINDS:
+        if key.endswith(f"_{kind}_flush"):
+            key, flush = key.removesuffix(f"_{kind}_flush"), f", {kind} flush"
+    named = {"us": "us", "pct_floor": "% floor"}
+    return named.get(key, key.removesuffix("_same_run").removesuffix("_us").replace("_", " ") + " us") + flush
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=8, help="layers (distinct caches) per captured graph")
@@ -325,7 +335,7 @@ def main() -> None:
                              *(f"us{x}" for x in extra), *(f"pct_floor{x}" for x in extra),
                              *(f"fa3_fp8_us_same_run{x}" for x in extra)) if any(r.get(k) for r in rows)]
     headers = ["shape", "KV MB", "us", "floor us", "% floor", "GB/s", "design us", "x design", "fa3 fp8 us (json)",
-               *(k.removesuffix("_us") + " us" for k in peer_keys)]
+               *(column_label(k) for k in peer_keys)]
     table = [[r["name"], r["kv_MB"], r["us"], r["floor_us"], r["pct_floor"], r["GBps"],
               r["published_us"].get("design_fp8"), r["speedup_vs_design"], r["measured_us"].get("fa3_fp8"),
               *(r.get(k) for k in peer_keys)] for r in rows]
