@@ -40,6 +40,12 @@ import fp8attn
 E4M3 = torch.float8_e4m3fn
 PAGE = 16
 MAX_SEQLEN_K = 32768
+FLUSH_MB = 64  # the L2 flush between layers, as the shapes file's "about" says
+
+
+def flush_suffix(kind: str) -> str:
+    """What a result key measured under a flush other than the first carries: 'us' + '_read_flush'."""
+    return f"_{kind}_flush"
 PEER_MODULES = {"fa3_fp8": "flash_attn_interface", "vllm_fa_fp8": "vllm.vllm_flash_attn"}
 
 
@@ -217,7 +223,7 @@ def bench_paged(shape: dict[str, Any], flushes: list[bc.L2Flush], args: argparse
     times: dict[str, Any] = {}
     peers = {"fa3_fp8": fa3_fp8, "vllm_fa_fp8": vllm_fa_fp8}
     for i, flush in enumerate(flushes):
-        suffix = "" if i == 0 else f"_{flush.kind}_flush"
+        suffix = "" if i == 0 else flush_suffix(flush.kind)
         times["us" + suffix] = per_layer_us(calls, flush, args)
         for name, build in peers.items():
             if name in args.peers:
@@ -243,8 +249,8 @@ def bench_shape(shape: dict[str, Any], flushes: list[bc.L2Flush], args: argparse
     row["speedup_vs_design"] = design / us if design else None
     row.update({k: v for k, v in times.items() if k != "us"})
     for other in flushes[1:]:
-        key = f"us_{other.kind}_flush"
-        row[f"pct_floor_{other.kind}_flush"] = 100 * floor_us / times[key]
+        suffix = flush_suffix(other.kind)
+        row["pct_floor" + suffix] = 100 * floor_us / times["us" + suffix]
     if not args.ours_only:
         row["sdpa_bf16_dense_us"] = bc.try_peer(
             "sdpa_bf16_dense", lambda: per_layer_us(sdpa_bf16_dense(shape, args.layers, device), flush, args))
@@ -284,8 +290,8 @@ def column_label(key: str) -> str:
     """A result key as a table header: 'fa3_fp8_us_same_run_read_flush' -> 'fa3 fp8 us, read flush'."""
     flush = ""
     for kind in bc.L2Flush.KINDS:
-        if key.endswith(f"_{kind}_flush"):
-            key, flush = key.removesuffix(f"_{kind}_flush"), f", {kind} flush"
+        if key.endswith(flush_suffix(kind)):
+            key, flush = key.removesuffix(flush_suffix(kind)), f", {kind} flush"
     named = {"us": "us", "pct_floor": "% floor"}
     return named.get(key, key.removesuffix("_same_run").removesuffix("_us").replace("_", " ") + " us") + flush
 
@@ -295,7 +301,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8, help="layers (distinct caches) per captured graph")
     parser.add_argument("--iters", type=int, default=50, help="timed graph replays")
     parser.add_argument("--shapes", nargs="+", help="only these shape names")
-    parser.add_argument("--flush-mb", type=int, default=64, help="L2 flush buffer between layers, MiB")
+    parser.add_argument("--flush-mb", type=int, default=FLUSH_MB, help="L2 flush buffer between layers, MiB")
     parser.add_argument("--flush-kinds", nargs="+", choices=bc.L2Flush.KINDS, default=["zero", "read"],
                         help="L2 flushes to time under, the first giving `us` (default: zero_, then a read of the "
                              "buffer, which leaves no dirty lines for the next kernel to write back: bench_common.L2Flush)")
@@ -330,7 +336,7 @@ def main() -> None:
         "commit": meta["commit"], "gpu": meta["gpu"], "date": meta["date"], "meta": meta})
     plot(rows, args.out_dir / "decode.png")
 
-    extra = [f"_{f.kind}_flush" for f in flushes[1:]]
+    extra = [flush_suffix(f.kind) for f in flushes[1:]]
     peer_keys = [k for k in ("fa3_fp8_us_same_run", "vllm_fa_fp8_us_same_run", "sdpa_bf16_dense_us",
                              *(f"us{x}" for x in extra), *(f"pct_floor{x}" for x in extra),
                              *(f"fa3_fp8_us_same_run{x}" for x in extra)) if any(r.get(k) for r in rows)]

@@ -37,7 +37,7 @@ def main() -> None:
     if len(shapes) != len(set(args.shapes)):
         raise SystemExit(f"unknown shape among {args.shapes}")
     device = bc.require_device()
-    flushes = [bc.L2Flush(device, 64 << 20, kind=kind) for kind in args.flush_kinds]  # as bench_decode.py
+    flushes = [bc.L2Flush(device, bd.FLUSH_MB << 20, kind=kind) for kind in args.flush_kinds]
     rows = []
     for shape in shapes:
         layers = [bd.make_layer(shape, device) for _ in range(args.layers)]
@@ -45,12 +45,12 @@ def main() -> None:
             calls = bd.ours(shape, layers, num_splits=splits)
             row = {"shape": shape["name"], "num_splits": splits}
             for flush in flushes:
-                row[f"us_{flush.kind}_flush"] = bd.per_layer_us(calls, flush, args)
+                row["us" + bd.flush_suffix(flush.kind)] = bd.per_layer_us(calls, flush, args)
             rows.append(row)
             print(row)
         del layers
         torch.cuda.empty_cache()
-    keys = [f"us_{f.kind}_flush" for f in flushes]
+    keys = ["us" + bd.flush_suffix(f.kind) for f in flushes]
     print(bc.format_table(["shape", "num_splits", *keys], [[r["shape"], r["num_splits"], *(r[k] for k in keys)]
                                                             for r in rows]))
     if args.json:

@@ -42,7 +42,7 @@ def main() -> None:
         if shape is None:
             raise SystemExit(f"no shape {args.shape!r} in {bd.shapes_path()}")
         call = bd.ours(shape, [bd.make_layer(shape, device)])[0]
-        flush = bc.L2Flush(device, 64 << 20, kind=args.flush_kind)
+        flush = bc.L2Flush(device, bd.FLUSH_MB << 20, kind=args.flush_kind)
         for _ in range(args.calls):
             flush()
             call()
