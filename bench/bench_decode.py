@@ -79,30 +79,41 @@ def bytes_needed(shape: dict[str, Any]) -> tuple[int, int]:
 
 @dataclass
 class Layer:
-    """One layer's decode inputs, vLLM-shaped."""
-    cache: torch.Tensor        # [2, num_blocks, PAGE, Hkv, d] E4M3
+    """One layer's decode inputs, vLLM-shaped (paged), or the same keys stored contiguously (page_size 0)."""
+    cache: torch.Tensor        # paged: [2, num_blocks, page_size, Hkv, d]; contiguous: [2, requests * context, Hkv, d]
     k: torch.Tensor            # views of cache.unbind(0)
     v: torch.Tensor
-    block_table: torch.Tensor  # [requests, MAX_SEQLEN_K / PAGE] int32, shuffled pages
+    block_table: torch.Tensor | None   # paged: [requests, MAX_SEQLEN_K / page_size] int32, shuffled pages
+    cu_seqlens_k: torch.Tensor | None  # contiguous: [requests + 1] int32, context keys per request
     q: torch.Tensor            # [requests * q_tokens, Hq, d] E4M3
     out: torch.Tensor          # [requests * q_tokens, Hq, d] bf16
     descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (B, Hkv) views, strides (0, 0)
 
 
-def make_layer(shape: dict[str, Any], device: torch.device) -> Layer:
-    requests, hq, hkv, d = shape["requests"], shape["q_heads"], shape["kv_heads"], shape["d"]
-    pages = math.ceil(shape["context"] / PAGE)
-    num_blocks = requests * pages
-    cache = torch.empty(2, num_blocks, PAGE, hkv, d, dtype=E4M3, device=device)
+def make_layer(shape: dict[str, Any], device: torch.device, page_size: int = PAGE) -> Layer:
+    """A layer's caches as the shapes file says (16-token pages), with other page sizes (multiples of 16), or
+    with page_size 0 contiguous per request (varlen K/V through cu_seqlens_k, no block table)."""
+    if page_size < 0 or page_size % 16 != 0 or MAX_SEQLEN_K % max(page_size, 1) != 0:
+        raise ValueError(f"page_size must be 0 or a multiple of 16 that divides {MAX_SEQLEN_K}, got {page_size}")
+    requests, hq, hkv, d, context = (shape[k] for k in ("requests", "q_heads", "kv_heads", "d", "context"))
+    if page_size > 0:
+        pages = math.ceil(context / page_size)
+        num_blocks = requests * pages
+        cache = torch.empty(2, num_blocks, page_size, hkv, d, dtype=E4M3, device=device)
+        table = torch.zeros(requests, MAX_SEQLEN_K // page_size, dtype=torch.int32, device=device)
+        table[:, :pages] = torch.randperm(num_blocks, device=device).to(torch.int32).view(requests, pages)
+        cu_seqlens_k = None
+    else:
+        cache = torch.empty(2, requests * context, hkv, d, dtype=E4M3, device=device)
+        table = None
+        cu_seqlens_k = torch.arange(0, requests * context + 1, context, dtype=torch.int32, device=device)
     for half in cache.view(torch.uint8):  # half at a time to bound the fp32 temporary
         half.copy_(torch.randn(half.shape, device=device).to(E4M3).view(torch.uint8))
-    table = torch.zeros(requests, MAX_SEQLEN_K // PAGE, dtype=torch.int32, device=device)
-    table[:, :pages] = torch.randperm(num_blocks, device=device).to(torch.int32).view(requests, pages)
     tokens = requests * shape["q_tokens"]
     q = torch.randn(tokens, hq, d, device=device).to(E4M3)
     descales = tuple((torch.rand(1, device=device) + 0.5).expand(requests, hkv) for _ in range(3))
     k, v = cache.unbind(0)
-    return Layer(cache=cache, k=k, v=v, block_table=table, q=q,
+    return Layer(cache=cache, k=k, v=v, block_table=table, cu_seqlens_k=cu_seqlens_k, q=q,
                  out=torch.empty(tokens, hq, d, dtype=torch.bfloat16, device=device), descales=descales)
 
 
@@ -144,8 +155,8 @@ def ours(shape: dict[str, Any], layers: list[Layer], num_splits: int = 0) -> lis
         return lambda: fp8attn.flash_attn_varlen_func(
             q=layer.q, k=layer.k, v=layer.v, out=layer.out, cu_seqlens_q=cu_q, max_seqlen_q=q_tokens,
             seqused_k=used, max_seqlen_k=MAX_SEQLEN_K, softmax_scale=shape["d"] ** -0.5, causal=True,
-            window_size=window_arg(shape), block_table=layer.block_table, softcap=0.0, q_descale=qs, k_descale=ks,
-            v_descale=vs, num_splits=num_splits)
+            window_size=window_arg(shape), block_table=layer.block_table, cu_seqlens_k=layer.cu_seqlens_k,
+            softcap=0.0, q_descale=qs, k_descale=ks, v_descale=vs, num_splits=num_splits)
 
     return [call(layer) for layer in layers]
 

@@ -1,4 +1,5 @@
-"""The benchmarks' arithmetic and file lookup (no GPU): HBM floor bytes, windows, TFLOP counts, tables."""
+"""The benchmarks' arithmetic, file lookup and decode cache layouts (no GPU): HBM floor bytes, windows, TFLOP
+counts, tables, paged and contiguous layers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import bench_common  # noqa: E402
@@ -65,3 +66,29 @@ def test_host_overhead_row_has_the_issue_schema() -> None:
     assert {"name", "eager_us", "gpu_us", "fa3_eager_us"} <= set(row)
     assert (row["eager_us"], row["gpu_us"], row["fa3_eager_us"]) == (12.35, 20.0, None)
     assert bench_host.result_row("s", 1, 1, 1, 74.444)["fa3_eager_us"] == 74.44
+
+
+@pytest.mark.parametrize("page_size", [16, 256])
+def test_paged_layer_holds_each_request_on_its_own_shuffled_pages(page_size: int) -> None:
+    shape = _shape(requests=3, q_heads=4, kv_heads=2, d=32, context=1000)
+    layer = bench_decode.make_layer(shape, torch.device("cpu"), page_size=page_size)
+    pages = -(-1000 // page_size)
+    assert tuple(layer.k.shape) == (3 * pages, page_size, 2, 32) and layer.cu_seqlens_k is None
+    assert tuple(layer.block_table.shape) == (3, bench_decode.MAX_SEQLEN_K // page_size)
+    used = layer.block_table[:, :pages].flatten().tolist()
+    assert sorted(used) == list(range(3 * pages))  # every page belongs to exactly one request
+    assert layer.block_table[:, pages:].eq(0).all()
+
+
+def test_contiguous_layer_is_varlen_k_without_a_block_table() -> None:
+    shape = _shape(requests=3, q_heads=4, kv_heads=2, d=32, context=1000)
+    layer = bench_decode.make_layer(shape, torch.device("cpu"), page_size=0)
+    assert layer.block_table is None
+    assert tuple(layer.k.shape) == (3000, 2, 32) and tuple(layer.v.shape) == (3000, 2, 32)
+    assert layer.cu_seqlens_k.tolist() == [0, 1000, 2000, 3000]
+
+
+@pytest.mark.parametrize("page_size", [-16, 8, 48])
+def test_layer_refuses_page_sizes_the_kernel_or_the_table_cannot_take(page_size: int) -> None:
+    with pytest.raises(ValueError, match="page_size"):
+        bench_decode.make_layer(_shape(context=64), torch.device("cpu"), page_size=page_size)
