@@ -63,6 +63,15 @@ def shapes_path() -> Path:
                      "or bench/")
 
 
+def named_shapes(names: list[str]) -> list[dict[str, Any]]:
+    """The shapes file's entries with these names, in file order; an unknown name is an error (the diagnostics
+    time exactly what they are asked for)."""
+    shapes = [s for s in json.loads(shapes_path().read_text())["shapes"] if s["name"] in names]
+    if len(shapes) != len(set(names)):
+        raise SystemExit(f"unknown shape among {names}")
+    return shapes
+
+
 def visible_keys(shape: dict[str, Any]) -> int:
     """Keys a request's q_tokens rows see together: the union of their windows (or the whole context)."""
     if shape["window_left"] < 0:

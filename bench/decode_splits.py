@@ -13,7 +13,6 @@ numbers that count.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -32,10 +31,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
 
-    spec = json.loads(bd.shapes_path().read_text())
-    shapes = [s for s in spec["shapes"] if s["name"] in args.shapes]
-    if len(shapes) != len(set(args.shapes)):
-        raise SystemExit(f"unknown shape among {args.shapes}")
+    shapes = bd.named_shapes(args.shapes)
     device = bc.require_device()
     flushes = [bc.L2Flush(device, bd.FLUSH_MB << 20, kind=kind) for kind in args.flush_kinds]
     rows = []

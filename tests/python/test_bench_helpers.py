@@ -47,6 +47,15 @@ def test_shapes_file_lookup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         bench_decode.shapes_path()
 
 
+def test_named_shapes_keep_file_order_and_refuse_unknown_names(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    target = tmp_path / "shapes.json"
+    target.write_text(json.dumps({"shapes": [_shape(name="a"), _shape(name="b"), _shape(name="c")]}))
+    monkeypatch.setenv("FP8ATTN_DECODE_SHAPES", str(target))
+    assert [s["name"] for s in bench_decode.named_shapes(["c", "a"])] == ["a", "c"]
+    with pytest.raises(SystemExit, match="unknown shape"):
+        bench_decode.named_shapes(["a", "missing"])
+
+
 def test_prefill_tflops() -> None:
     # 4 * 16384^2 * 128 * 16 heads * 1 batch = 2.2e15 FLOP in 1 s -> 2199 TFLOP/s; causal counts half.
     assert bench_prefill.tflops(16384, 128, 16, 1, False, 1000.0) == pytest.approx(2.199, rel=1e-3)
