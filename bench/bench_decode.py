@@ -163,7 +163,7 @@ def ours(shape: dict[str, Any], layers: list[Layer], num_splits: int = 0) -> lis
         qs, ks, vs = layer.descales
         return lambda: fp8attn.flash_attn_varlen_func(
             q=layer.q, k=layer.k, v=layer.v, out=layer.out, cu_seqlens_q=cu_q, max_seqlen_q=q_tokens,
-            seqused_k=used, max_seqlen_k=MAX_SEQLEN_K, softmax_scale=shape["d"] ** -0.5, causal=True,
+            seqused_k=None if layer.cu_seqlens_k is not None else used, max_seqlen_k=MAX_SEQLEN_K, softmax_scale=shape["d"] ** -0.5, causal=True,
             window_size=window_arg(shape), block_table=layer.block_table, cu_seqlens_k=layer.cu_seqlens_k,
             softcap=0.0, q_descale=qs, k_descale=ks, v_descale=vs, num_splits=num_splits)
 

@@ -101,3 +101,21 @@ def test_contiguous_layer_is_varlen_k_without_a_block_table() -> None:
 def test_layer_refuses_page_sizes_the_kernel_or_the_table_cannot_take(page_size: int) -> None:
     with pytest.raises(ValueError, match="page_size"):
         bench_decode.make_layer(_shape(context=64), torch.device("cpu"), page_size=page_size)
+
+
+@pytest.mark.parametrize("page_size", [16, 0])
+def test_decode_call_passes_exactly_one_key_length_argument(monkeypatch: pytest.MonkeyPatch, page_size: int) -> None:
+    # The API takes cu_seqlens_k (contiguous varlen K/V) or seqused_k (paged), never both.
+    shape = _shape(requests=2, q_heads=4, kv_heads=2, d=32, context=64)
+    layer = bench_decode.make_layer(shape, torch.device("cpu"), page_size=page_size)
+    seen: list[dict] = []
+    monkeypatch.setattr(bench_decode.fp8attn, "flash_attn_varlen_func", lambda **kwargs: seen.append(kwargs))
+    (call,) = bench_decode.ours(shape, [layer])
+    call()
+    (kwargs,) = seen
+    assert (kwargs["cu_seqlens_k"] is None) != (kwargs["seqused_k"] is None)
+    assert (kwargs["block_table"] is None) == (page_size == 0)
+    if page_size == 0:
+        assert kwargs["cu_seqlens_k"].tolist() == [0, 64, 128]
+    else:
+        assert kwargs["seqused_k"].tolist() == [64, 64]
