@@ -141,8 +141,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     float o_scale[2], lse[2];
     softmax.finalize(args.v_descale.load(epilogue_tile.batch, pack.kv_head(epilogue_tile.head)), sink_log2, o_scale, lse);
     // Programmatic dependent launch: once every CTA is here, the split-KV combine may start launching; it waits
-    // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late so that
-    // waiting combine CTAs never hold an SM a forward CTA of a later wave still needs.
+    // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
+    // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/perf.md run 27;
+    // the likely reason: released early, the combine's CTAs land on the few SMs that happen to be free then).
     cutlass::arch::launch_dependent_grids();
     Epilogue<Traits>::store(smem, args, seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
   }
