@@ -94,6 +94,7 @@ class Layer:
     v: torch.Tensor
     block_table: torch.Tensor | None   # paged: [requests, MAX_SEQLEN_K / page_size] int32, shuffled pages
     cu_seqlens_k: torch.Tensor | None  # contiguous: [requests + 1] int32, context keys per request
+    seqused_k: torch.Tensor | None     # paged: [requests] int32, context (the API takes one of the two)
     q: torch.Tensor            # [requests * q_tokens, Hq, d] E4M3
     out: torch.Tensor          # [requests * q_tokens, Hq, d] bf16
     descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (B, Hkv) views, strides (0, 0)
@@ -112,17 +113,19 @@ def make_layer(shape: dict[str, Any], device: torch.device, page_size: int = PAG
         table = torch.zeros(requests, MAX_SEQLEN_K // page_size, dtype=torch.int32, device=device)
         table[:, :pages] = torch.randperm(num_blocks, device=device).to(torch.int32).view(requests, pages)
         cu_seqlens_k = None
+        seqused_k = torch.full((requests,), context, dtype=torch.int32, device=device)
     else:
         cache = torch.empty(2, requests * context, hkv, d, dtype=E4M3, device=device)
         table = None
         cu_seqlens_k = torch.arange(0, requests * context + 1, context, dtype=torch.int32, device=device)
+        seqused_k = None
     for half in cache.view(torch.uint8):  # half at a time to bound the fp32 temporary
         half.copy_(torch.randn(half.shape, device=device).to(E4M3).view(torch.uint8))
     tokens = requests * shape["q_tokens"]
     q = torch.randn(tokens, hq, d, device=device).to(E4M3)
     descales = tuple((torch.rand(1, device=device) + 0.5).expand(requests, hkv) for _ in range(3))
     k, v = cache.unbind(0)
-    return Layer(cache=cache, k=k, v=v, block_table=table, cu_seqlens_k=cu_seqlens_k, q=q,
+    return Layer(cache=cache, k=k, v=v, block_table=table, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, q=q,
                  out=torch.empty(tokens, hq, d, dtype=torch.bfloat16, device=device), descales=descales)
 
 
@@ -157,13 +160,12 @@ def ours(shape: dict[str, Any], layers: list[Layer], num_splits: int = 0) -> lis
     requests, q_tokens = shape["requests"], shape["q_tokens"]
     device = layers[0].q.device
     cu_q = torch.arange(0, requests * q_tokens + 1, q_tokens, dtype=torch.int32, device=device)
-    used = torch.full((requests,), shape["context"], dtype=torch.int32, device=device)
 
     def call(layer: Layer) -> Callable[[], Any]:
         qs, ks, vs = layer.descales
         return lambda: fp8attn.flash_attn_varlen_func(
             q=layer.q, k=layer.k, v=layer.v, out=layer.out, cu_seqlens_q=cu_q, max_seqlen_q=q_tokens,
-            seqused_k=None if layer.cu_seqlens_k is not None else used, max_seqlen_k=MAX_SEQLEN_K, softmax_scale=shape["d"] ** -0.5, causal=True,
+            seqused_k=layer.seqused_k, max_seqlen_k=MAX_SEQLEN_K, softmax_scale=shape["d"] ** -0.5, causal=True,
             window_size=window_arg(shape), block_table=layer.block_table, cu_seqlens_k=layer.cu_seqlens_k,
             softcap=0.0, q_descale=qs, k_descale=ks, v_descale=vs, num_splits=num_splits)
 
@@ -175,13 +177,12 @@ def fa3_fp8(shape: dict[str, Any], layers: list[Layer]) -> list[Callable[[], Any
     import flash_attn_interface as fa3
 
     requests, q_tokens = shape["requests"], shape["q_tokens"]
-    used = torch.full((requests,), shape["context"], dtype=torch.int32, device=layers[0].q.device)
 
     def call(layer: Layer) -> Callable[[], Any]:
         q = layer.q.view(requests, q_tokens, *layer.q.shape[1:])
         qs, ks, vs = (s.contiguous() for s in layer.descales)
         return lambda: fa3.flash_attn_with_kvcache(
-            q, layer.k, layer.v, cache_seqlens=used, page_table=layer.block_table, causal=True,
+            q, layer.k, layer.v, cache_seqlens=layer.seqused_k, page_table=layer.block_table, causal=True,
             window_size=window_arg(shape), softmax_scale=shape["d"] ** -0.5, q_descale=qs, k_descale=ks,
             v_descale=vs, num_splits=0)
 
@@ -195,16 +196,15 @@ def vllm_fa_fp8(shape: dict[str, Any], layers: list[Layer]) -> list[Callable[[],
     requests, q_tokens = shape["requests"], shape["q_tokens"]
     device = layers[0].q.device
     cu_q = torch.arange(0, requests * q_tokens + 1, q_tokens, dtype=torch.int32, device=device)
-    used = torch.full((requests,), shape["context"], dtype=torch.int32, device=device)
     outs = [torch.empty_like(layer.out) for layer in layers]
 
     def call(layer: Layer, out: torch.Tensor) -> Callable[[], Any]:
         qs, ks, vs = layer.descales
         return lambda: flash_attn_varlen_func(
-            q=layer.q, k=layer.k, v=layer.v, out=out, cu_seqlens_q=cu_q, max_seqlen_q=q_tokens, seqused_k=used,
-            max_seqlen_k=MAX_SEQLEN_K, softmax_scale=shape["d"] ** -0.5, causal=True, window_size=window_arg(shape),
-            block_table=layer.block_table, softcap=0.0, q_descale=qs, k_descale=ks, v_descale=vs, num_splits=0,
-            fa_version=3)
+            q=layer.q, k=layer.k, v=layer.v, out=out, cu_seqlens_q=cu_q, max_seqlen_q=q_tokens,
+            seqused_k=layer.seqused_k, max_seqlen_k=MAX_SEQLEN_K, softmax_scale=shape["d"] ** -0.5, causal=True,
+            window_size=window_arg(shape), block_table=layer.block_table, softcap=0.0, q_descale=qs, k_descale=ks,
+            v_descale=vs, num_splits=0, fa_version=3)
 
     return [call(layer, out) for layer, out in zip(layers, outs)]
 
