@@ -4,17 +4,32 @@
 
 namespace fp8attn {
 
-// KV tile width per head dim: shared memory holds Q + 2 stages of (K, V as loaded, V^T), and the two-level
-// tile accumulator bounds the registers (docs/design.md).
-constexpr int block_n_for_head_dim(int head_dim) { return head_dim <= 128 ? 128 : head_dim <= 192 ? 96 : 64; }
+// KV tile width. Shared memory holds Q + the pipeline stages of (K, V as loaded, V^T), and the two-level tile
+// accumulator bounds the registers (docs/design.md). 128-row d256 tiles take 128 keys with P V after the softmax
+// (pv_after_softmax below); 64-row d256 tiles (decode, short queries) keep 64.
+constexpr int block_n_for(int block_m, int head_dim) {
+  return head_dim <= 128 ? 128 : head_dim <= 192 ? 96 : block_m == 128 ? 128 : 64;
+}
 
 // Single-MMA-warpgroup (64-row) tiles with dv <= 128 run two CTAs per SM: one CTA's loads overlap the other's
 // math in memory-bound decode, and two 2-stage pipelines fit in the SM's shared memory.
 constexpr int ctas_per_sm_for(int block_m, int head_dim_v) { return block_m == 64 && head_dim_v <= 128 ? 2 : 1; }
 
-// K, V-as-loaded and V^T pipeline stages. Three let the load warp run two tiles ahead of the MMA
-// warpgroups; two-CTA (decode) kernels keep two so that two CTAs fit in an SM's shared memory.
-constexpr int stages_for(int block_m, int head_dim_v) { return ctas_per_sm_for(block_m, head_dim_v) == 2 ? 2 : 3; }
+// P V after the softmax, through the score registers (mainloop_mma.cuh): where O (dv > 128) leaves no registers
+// for a tile accumulator next to the scores of a 128-key block, each block's P V runs once its scores are
+// converted to P, in dv parts of 128 columns accumulated in the registers that held the scores. It gives up the
+// overlap of one block's P V with the next block's softmax (measured ~0% at d128, docs/perf.md run 3) for
+// 128-key blocks: per key, half the two-level folds and half the per-block work of 64-key blocks.
+constexpr bool pv_after_softmax(int block_m, int block_n, int head_dim_v) {
+  return block_m == 128 && block_n == 128 && head_dim_v > 128;
+}
+
+// K, V-as-loaded and V^T pipeline stages. Three let the load warp run two tiles ahead of the MMA warpgroups;
+// two-CTA (decode) kernels keep two so that two CTAs fit in an SM's shared memory, and so do the 128-key
+// d256 tiles (a stage is 97 KB).
+constexpr int stages_for(int block_m, int block_n, int head_dim_v) {
+  return ctas_per_sm_for(block_m, head_dim_v) == 2 || pv_after_softmax(block_m, block_n, head_dim_v) ? 2 : 3;
+}
 
 // Most KV splits of one call: the validation's bound, and the combine kernel's shared-memory weight table.
 constexpr int kMaxSplits = 256;

@@ -103,7 +103,6 @@ KernelConfig select_config(const ProblemShape& problem) {
   KernelConfig c;
   c.key.head_dim = problem.head_dim;
   c.key.head_dim_v = problem.head_dim_v;
-  c.key.block_n = block_n_for_head_dim(problem.head_dim);
   const int group = std::max(1, problem.num_heads_q / std::max(1, problem.num_heads_kv));
 
   // PackGQA puts the `group` q heads of a kv head in one tile: K/V are then read once per kv head, and short
@@ -116,6 +115,7 @@ KernelConfig select_config(const ProblemShape& problem) {
   // Short query tiles (decode, speculative decode) would leave a 128-row tile mostly padding: one MMA
   // warpgroup of 64 rows serves them; so does short or narrow prefill (block_m_for).
   c.key.block_m = block_m_for(rows, problem);
+  c.key.block_n = block_n_for(c.key.block_m, problem.head_dim);
   c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));
   const int heads = c.pack_gqa ? problem.num_heads_kv : problem.num_heads_q;
   const int64_t ctas = int64_t(c.num_m_blocks) * heads * problem.batch;

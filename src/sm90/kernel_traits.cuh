@@ -48,7 +48,7 @@ struct KernelTraits {
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = stages_for(kBlockM_, kHeadDimV_);  // see kernel_rules.h
+  static constexpr int kStages = stages_for(kBlockM_, kBlockN_, kHeadDimV_);  // see kernel_rules.h
   static constexpr bool kTwoLevel = kTwoLevel_;
 
   static constexpr int kNumMmaWarpgroups = kBlockM / 64;
@@ -60,8 +60,11 @@ struct KernelTraits {
 
   // Two-level accumulation keeps a second fp32 accumulator (the tile's P V) next to O. When O + O_tile + S
   // would not fit the MMA warpgroup's registers (dv > 128, or two CTAs per SM), the PV GEMM runs in dv
-  // chunks through one chunk-sized tile accumulator.
-  static constexpr int kPvChunk = kHeadDimV > 128 ? 64
+  // chunks through one chunk-sized tile accumulator — or, with P V after the softmax (kernel_rules.h), in
+  // kBlockN-wide parts through the score registers: a part of kBlockN columns takes as many registers as S.
+  static constexpr bool kPvAfterSoftmax = pv_after_softmax(kBlockM_, kBlockN_, kHeadDimV_) && kTwoLevel_;
+  static constexpr int kPvChunk = kPvAfterSoftmax ? kBlockN
+                                 : kHeadDimV > 128 ? 64
                                  : kCtasPerSm == 2 && kHeadDimV == 128 ? 32 : kHeadDimV;
   static constexpr int kNumPvChunks = kHeadDimV / kPvChunk;
 
@@ -70,8 +73,8 @@ struct KernelTraits {
   // under __launch_bounds__ (65536 / (threads x CTAs per SM), in steps of 8) times the threads — 64512 for
   // 384 threads, not 65536. A split over the pool makes setmaxnreg's allocation wait forever (a 240 + 32 split
   // hung every launch, docs/perf.md run 22).
-  static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 && kCtasPerSm == 1 ? 56 : 40;
-  static constexpr int kMmaRegs = kCtasPerSm == 2 ? 216 : kNumMmaWarpgroups == 1 ? 256 : 232;
+  static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 && kCtasPerSm == 1 ? 56 : kPvAfterSoftmax ? 48 : 40;
+  static constexpr int kMmaRegs = kCtasPerSm == 2 ? 216 : kNumMmaWarpgroups == 1 ? 256 : kPvAfterSoftmax ? 224 : 232;
   static constexpr int kLaunchRegsPerThread = cute::min(256, 65536 / (kNumThreads * kCtasPerSm) / 8 * 8);
   static_assert((kProducerRegs + kNumMmaWarpgroups * kMmaRegs) * 128 <= kLaunchRegsPerThread * kNumThreads,
                 "register split over the CTA's launch pool");
@@ -94,16 +97,20 @@ struct KernelTraits {
   // The row sums of P as rounded to E4M3 (softmax.cuh says why) come from the tensor cores, P x ones. When P V
   // is one GEMM (two-level, unchunked), V^T carries 8 rows of E4M3 ones after its dv rows and that GEMM is
   // N = dv + 8 wide: the sums cost one more n8 block of the same instructions (measured: a separate n8 GEMM,
-  // which reads the A registers again, cost 9% at d128, docs/perf.md run 11). Chunked P V (dv > 128, two CTAs
-  // per SM) has no registers for a wider tile while the softmax runs, and the single-level kernel accumulates
-  // into O itself: they run P x ones as its own N = 8 GEMM from a separate ones tile. All 8 columns of the
-  // ones block are sums, so every thread of a row's quad holds it.
+  // which reads the A registers again, cost 9% at d128, docs/perf.md run 11). P V after the softmax does the same
+  // in its last part (N = kPvChunk + 8: the score registers plus 4). Chunked P V beside the softmax (dv > 128
+  // with 64- or 96-key tiles, two CTAs per SM) has no registers for a wider tile while the softmax runs, and the
+  // single-level kernel accumulates into O itself: they run P x ones as its own N = 8 GEMM from a separate ones
+  // tile. All 8 columns of the ones block are sums, so every thread of a row's quad holds it.
   static constexpr bool kPvSumInPv = kNumPvChunks == 1 && kTwoLevel;
-  static constexpr int kPvTileN = kPvSumInPv ? kPvChunk + 8 : kPvChunk;  // N of the P V GEMM
+  static constexpr int kPvTileN = kPvSumInPv ? kPvChunk + 8 : kPvChunk;  // N of the (last) P V GEMM
   static constexpr int kVtRows = kPvSumInPv ? kHeadDimV + 8 : kHeadDimV;  // rows of one V^T stage
   // Width of V^T's swizzle atom (k_major_swizzle_atom<Element, kBlockN>): a stage is 8-row atoms, so the 8
   // ones rows are kBlockN / kVtAtomBytes contiguous blocks of 8 x kVtAtomBytes bytes each.
   static constexpr int kVtAtomBytes = kBlockN % 128 == 0 ? 128 : kBlockN % 64 == 0 ? 64 : 32;
+  // A V^T stage one swizzle atom wide is a stack of 8-row atoms, so the rows of each P V part (from a multiple of
+  // 8 on) are a V^T operand of their own (mainloop_mma.cuh).
+  static_assert(!kPvAfterSoftmax || kVtAtomBytes == kBlockN, "P V parts need a V^T stage one swizzle atom wide");
   // O_tile = P V^T-view (+ ones): (kBlockM, kPvTileN) accumulated over kBlockN, P from registers.
   using TiledMmaPvTile = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kPvTileN>, Int<kBlockN>>>(),
@@ -122,6 +129,11 @@ struct KernelTraits {
   // register order (see transpose_v.cuh).
   using SmemLayoutVt = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(),
                                               Shape<Int<kVtRows>, Int<kBlockN>, Int<kStages>>{}));  // (VT_ROWS, BLK_N, PIPE)
+
+  // kRows rows of one V^T stage from a multiple of 8 on, as their own operand (P V after the softmax, in dv parts:
+  // the stage is one swizzle atom wide, so its rows are a stack of 8-row atoms). (ROWS, BLK_N)
+  template <int kRows>
+  using SmemLayoutVtRows = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<Int<kRows>, Int<kBlockN>>{}));
 
   // The B operand of a separate P x ones (!kPvSumInPv): 8 rows of E4M3 1.0, K-major.
   using SmemLayoutOnes = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<_8, Int<kBlockN>>{}));  // (8, BLK_N)

@@ -12,6 +12,12 @@
 // Intra-warpgroup overlap: block n's QK^T and block n+1's P V (blocks run from the last to the first)
 // are issued together; the softmax of block n then runs on the CUDA cores while the tensor cores finish
 // that P V. Only the first dv chunk overlaps when the PV GEMM is chunked (dv > 128, or two CTAs per SM).
+//
+// P V after the softmax (Traits::kPvAfterSoftmax, 128-row tiles of 128 keys with dv > 128): O leaves no
+// registers for a tile accumulator beside a 128-key S, so each block runs QK^T, the softmax, then its P V in
+// kBlockN-wide dv parts accumulated in the registers that held S (a part of kBlockN columns is S's size). No
+// overlap of P V with the softmax inside the warpgroup: the other MMA warpgroup's GEMMs fill the tensor cores
+// during this one's softmax.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -68,7 +74,17 @@ struct MainloopMma {
 
     Tensor tSrQ = thr_mma_qk.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K) descriptors
     Tensor tSrK = thr_mma_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, PIPE) descriptors
-    Tensor tSrS = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N) fp32
+    // P V after the softmax: S and each dv part of P V share these registers; otherwise S has its own.
+    constexpr int kScoreRegs = decltype(size(partition_shape_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{})))::value;
+    constexpr int kSharedRegs = Traits::kPvAfterSoftmax ? kScoreRegs : 1;
+    Tensor tSharedRegs = make_tensor<float>(Int<kSharedRegs>{});
+    Tensor tSrS = [&] {
+      if constexpr (Traits::kPvAfterSoftmax) {
+        return make_tensor(tSharedRegs.data(), make_layout(partition_shape_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{})));
+      } else {
+        return partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      }
+    }();  // (MMA, MMA_M, MMA_N) fp32
     Tensor cS = make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{});  // (BLK_M, BLK_N) -> (row, col)
     Tensor tOrP = make_tensor<Element>(partition_shape_A(tiled_mma_pv, Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_K)
     // One dv chunk of P V (+ the ones block of row sums when kPvSumInPv): (MMA, MMA_M, 1) fp32.
@@ -83,16 +99,17 @@ struct MainloopMma {
       Tensor sVtChunk = local_tile(sVt(_, _, stage), Shape<Int<kPvTileN>, Int<kBlockN>>{}, make_coord(chunk, _0{}));  // (PV_TILE_N, BLK_N)
       return thr_mma_pv.partition_fragment_B(sVtChunk);
     };
-    // O chunk = O chunk * rescale + O_tile, after the tile's GEMM has completed. The O chunk's n8 blocks are
-    // the first ones of O_tile; the ones block, when there, is its last.
-    auto fold = [&](int chunk, const float (&rescale)[2]) {
+    // O chunk = O chunk * rescale + tile, after the tile's GEMM has completed. The O chunk's n8 blocks are
+    // the first ones of the tile accumulator; the ones block, when there, is its last.
+    auto fold_from = [&](int chunk, const float (&rescale)[2], auto const& tile) {
       Tensor tOrOChunk = tOrO(_, _, chunk);
       CUTE_UNROLL
       for (int i = 0; i < size(tOrOChunk); ++i) {
         // Accumulator flat index i = c + 2*h + 4*j: row half h = (i / 2) % 2.
-        tOrOChunk(i) = fmaf(tOrOChunk(i), rescale[(i / 2) % 2], tOrOTile(i));
+        tOrOChunk(i) = fmaf(tOrOChunk(i), rescale[(i / 2) % 2], tile(i));
       }
     };
+    auto fold = [&](int chunk, const float (&rescale)[2]) { fold_from(chunk, rescale, tOrOTile); };
     // S -> P for one block: mask (boundary blocks only), online softmax, FP8 conversion into PV A order.
     auto scores_to_p = [&](int n_block, float (&rescale)[2]) {
       if (mask.needs_mask(n_block)) {
@@ -193,44 +210,94 @@ struct MainloopMma {
 
     PipelineState k_state;
     PipelineState vt_state;
-    // First block: scores only.
-    int n_block = range.n_block_max - 1;
-    pipeline_k.consumer_wait(k_state);
-    issue_qk(k_state.index());
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
-    pipeline_k.consumer_release(k_state);
-    ++k_state;
-    float rescale_prev[2];
-    scores_to_p(n_block, rescale_prev);
-    scores_to_pv_operand(tSrS, tOrP);
-
-    for (--n_block; n_block >= range.n_block_min; --n_block) {
-      // QK^T of this block and P V of the previous one, in flight together.
+    if constexpr (Traits::kPvAfterSoftmax) {
+      // The V^T rows [part * kPvChunk, (part + 1) * kPvChunk) of a stage as a P V operand (SmemLayoutVtRows).
+      auto vt_part = [&](int part, int stage) {
+        constexpr int kStageBytes = Traits::kVtRows * kBlockN;
+        using Layout = typename Traits::template SmemLayoutVtRows<kPvChunk>;
+        return make_tensor(sVt.data() + (stage * kStageBytes + part * kPvChunk * kBlockN), Layout{});  // (PV_CHUNK, BLK_N)
+      };
+      TiledMmaPV tiled_mma_pv_part;
+      auto thr_mma_pv_part = tiled_mma_pv_part.get_thread_slice(mma_thread);
+      // A part's accumulator: the score registers, (MMA, MMA_M, 1) fp32. (Two 64-wide parts at a time, in the
+      // two halves of them, made ptxas serialize every WGMMA (C7511); P x ones in the first part's batch spilled.)
+      Tensor tOrPart = make_tensor(tSharedRegs.data(),
+                                   make_layout(partition_shape_C(tiled_mma_pv_part, Shape<Int<kBlockM>, Int<kPvChunk>>{})));
+      static_assert(decltype(size(tOrPart))::value <= kSharedRegs, "a dv part fits the score registers");
+      auto issue_part = [&](int part, int stage) {
+        Tensor tOrVt = thr_mma_pv_part.partition_fragment_B(vt_part(part, stage));  // (MMA, MMA_N, MMA_K) descriptors
+        warpgroup_fence_operand(tOrP);
+        warpgroup_fence_operand(tOrPart);
+        warpgroup_arrive();
+        gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv_part, tOrP, tOrVt, tOrPart);
+        warpgroup_commit_batch();
+      };
+      for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+        pipeline_k.consumer_wait(k_state);
+        issue_qk(k_state.index());
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        pipeline_k.consumer_release(k_state);
+        ++k_state;
+        float rescale[2];
+        scores_to_p(n_block, rescale);
+        scores_to_pv_operand(tSrS, tOrP);
+        pipeline_vt.consumer_wait(vt_state);
+        CUTE_UNROLL
+        for (int part = 0; part < Traits::kNumPvChunks; ++part) {
+          issue_part(part, vt_state.index());
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tOrPart);
+          fold_from(part, rescale, tOrPart);
+        }
+        warpgroup_arrive();
+        gemm_pv_sum();
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        fold_pv_sum(rescale);
+        pipeline_vt.consumer_release(vt_state);
+        ++vt_state;
+      }
+    } else {
+      // First block: scores only.
+      int n_block = range.n_block_max - 1;
       pipeline_k.consumer_wait(k_state);
       issue_qk(k_state.index());
-      pipeline_vt.consumer_wait(vt_state);
-      issue_pv_previous(vt_state.index(), rescale_prev);
-      warpgroup_wait<1>();  // QK^T done; P V still running
+      warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       pipeline_k.consumer_release(k_state);
       ++k_state;
-      float rescale[2];
-      scores_to_p(n_block, rescale);
-      warpgroup_wait<0>();  // P V done: its A registers (P) and tile accumulator are free
+      float rescale_prev[2];
+      scores_to_p(n_block, rescale_prev);
+      scores_to_pv_operand(tSrS, tOrP);
+
+      for (--n_block; n_block >= range.n_block_min; --n_block) {
+        // QK^T of this block and P V of the previous one, in flight together.
+        pipeline_k.consumer_wait(k_state);
+        issue_qk(k_state.index());
+        pipeline_vt.consumer_wait(vt_state);
+        issue_pv_previous(vt_state.index(), rescale_prev);
+        warpgroup_wait<1>();  // QK^T done; P V still running
+        warpgroup_fence_operand(tSrS);
+        pipeline_k.consumer_release(k_state);
+        ++k_state;
+        float rescale[2];
+        scores_to_p(n_block, rescale);
+        warpgroup_wait<0>();  // P V done: its A registers (P) and tile accumulator are free
+        complete_pv_previous(vt_state.index(), rescale_prev);
+        pipeline_vt.consumer_release(vt_state);
+        ++vt_state;
+        scores_to_pv_operand(tSrS, tOrP);
+        rescale_prev[0] = rescale[0];
+        rescale_prev[1] = rescale[1];
+      }
+      // P V of the last block.
+      pipeline_vt.consumer_wait(vt_state);
+      issue_pv_previous(vt_state.index(), rescale_prev);
+      warpgroup_wait<0>();
       complete_pv_previous(vt_state.index(), rescale_prev);
       pipeline_vt.consumer_release(vt_state);
-      ++vt_state;
-      scores_to_pv_operand(tSrS, tOrP);
-      rescale_prev[0] = rescale[0];
-      rescale_prev[1] = rescale[1];
     }
-    // P V of the last block.
-    pipeline_vt.consumer_wait(vt_state);
-    issue_pv_previous(vt_state.index(), rescale_prev);
-    warpgroup_wait<0>();
-    complete_pv_previous(vt_state.index(), rescale_prev);
-    pipeline_vt.consumer_release(vt_state);
   }
 };
 

@@ -214,10 +214,9 @@ struct ProducerLoad {
       const uint32_t store_base = store_lane0 + write_state.index() * Plan::kStoreStageBytes;
       if (valid_keys < kBlockN) {
         Warp::template tile_for_warp<true>(transpose_warp, load_base, store_base, first_selector, second_selector,
-                                           lane, valid_keys);
+                                           valid_keys - 2 * (lane % 4));
       } else {
-        Warp::template tile_for_warp<false>(transpose_warp, load_base, store_base, first_selector, second_selector,
-                                            lane, valid_keys);
+        Warp::template tile_for_warp<false>(transpose_warp, load_base, store_base, first_selector, second_selector, 0);
       }
       // The MMA warpgroups read sVt through the async proxy (WGMMA): order our generic-proxy stores first.
       cutlass::arch::fence_view_async_shared();

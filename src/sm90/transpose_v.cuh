@@ -40,6 +40,16 @@ struct VTransposePlan {
   static constexpr int kDvBlocks = kHeadDimV / 32;   // 32 dv bytes per unit
   static constexpr int kUnits = kKeyGroups * kDvBlocks;
   static constexpr int kWarps = Traits::kNumTransposeThreads / 32;
+  // Tiles of more than 32 units (d256 with 128 keys: 64) are transposed in passes of 128 dv columns, a loop
+  // over the same unit list at an offset of kPassBytes in both buffers: unrolled whole, each warp's 22 units
+  // needed more than the producer's 40 registers. A pass is one 128-byte swizzle atom column of sVLoad and
+  // 128 rows of sVt (a stack of 8-row atoms when V^T is one atom wide), so unit p * kUnitsPerPass + u is unit u
+  // moved by p * kPassBytes in both (tests/cpu/test_transpose_plan.cu checks it).
+  static constexpr int kDvPasses = kUnits > 32 ? kHeadDimV / 128 : 1;
+  static constexpr int kUnitsPerPass = kUnits / kDvPasses;
+  static constexpr uint32_t kPassBytes = 128 * kBlockN;
+  static_assert(kDvPasses == 1 || (kHeadDimV % 128 == 0 && Traits::kVtAtomBytes == kBlockN),
+                "dv passes need 128-byte atom columns in sVLoad and a V^T one atom wide");
 
   // One pipeline stage of each buffer: (BLK_N, DV) and (DV, BLK_N) -> swizzled byte offset (E4M3 = 1 byte).
   using LayoutLoadStage = decltype(take<0, 2>(typename Traits::SmemLayoutVLoad{}));
@@ -115,16 +125,18 @@ CUTE_DEVICE void stsm_x4(uint32_t smem_address, uint32_t r0, uint32_t r1, uint32
 }
 
 // One V tile by one transpose warp. lane_load_base / lane_store_base: this lane's base address in the stage
-// (shared-memory window addresses). Keys at or past valid_keys are written as zeros: their P is 0, but
-// 0 * NaN (padding, unused pages) would not be.
+// (shared-memory window addresses). Keys at or past the tile's valid keys are written as zeros: their P is 0,
+// but 0 * NaN (padding, unused pages) would not be. lane_keys_left = valid keys - 2 * (lane % 4), the valid keys
+// counted from this lane's first key of a unit: each mask is then a compare of one register with a constant
+// (compared key by key, the hoisted per-key values needed more than the producer's registers at d256).
 template <class Traits>
 struct VTransposeWarp {
   using Plan = VTransposePlan<Traits>;
 
   template <int kWarp, bool kMasked>
   CUTE_DEVICE static void tile(uint32_t lane_load_base, uint32_t lane_store_base, uint32_t first_selector,
-                               uint32_t second_selector, int lane, int valid_keys) {
-    constexpr int kMyUnits = (Plan::kUnits - kWarp + Plan::kWarps - 1) / Plan::kWarps;
+                               uint32_t second_selector, int lane_keys_left) {
+    constexpr int kMyUnits = (Plan::kUnitsPerPass - kWarp + Plan::kWarps - 1) / Plan::kWarps;
     static_assert(kMyUnits >= 1, "every transpose warp has a unit");
     uint32_t current[4];
     ldsm_x4_trans(Plan::load_address(lane_load_base, kWarp), current);
@@ -138,11 +150,10 @@ struct VTransposeWarp {
       // After .trans, current[m] = bytes {V[k][c], V[k][c+1], V[k+1][c], V[k+1][c+1]} with
       // k = key0 + 2 * (lane % 4) (+8 for odd m) and c = dv0 + 2 * (lane / 4) (+16 for m >= 2).
       if constexpr (kMasked) {
-        const int key0 = 16 * Plan::key_group(unit);
         CUTE_UNROLL
         for (int m = 0; m < 4; ++m) {
-          const int key = key0 + 2 * (lane % 4) + 8 * (m % 2);
-          current[m] &= (key < valid_keys ? 0x0000ffffu : 0u) | (key + 1 < valid_keys ? 0xffff0000u : 0u);
+          const int key = 16 * Plan::key_group(unit) + 8 * (m % 2);  // minus the lane's 2 * (lane % 4)
+          current[m] &= (key < lane_keys_left ? 0x0000ffffu : 0u) | (key + 1 < lane_keys_left ? 0xffff0000u : 0u);
         }
       }
       stsm_x4(Plan::store_address(lane_store_base, unit),
@@ -155,17 +166,22 @@ struct VTransposeWarp {
     }
   }
 
-  // Dispatches the runtime warp index (0..kWarps-1) to the unrolled unit list of that warp.
+  // Dispatches the runtime warp index (0..kWarps-1) to the unrolled unit list of that warp, once per dv pass.
   template <bool kMasked>
   CUTE_DEVICE static void tile_for_warp(int transpose_warp, uint32_t lane_load_base, uint32_t lane_store_base,
-                                        uint32_t first_selector, uint32_t second_selector, int lane, int valid_keys) {
+                                        uint32_t first_selector, uint32_t second_selector, int lane_keys_left) {
     static_assert(Plan::kWarps == 3, "the dispatch below names three transpose warps");
-    if (transpose_warp == 0) {
-      tile<0, kMasked>(lane_load_base, lane_store_base, first_selector, second_selector, lane, valid_keys);
-    } else if (transpose_warp == 1) {
-      tile<1, kMasked>(lane_load_base, lane_store_base, first_selector, second_selector, lane, valid_keys);
-    } else {
-      tile<2, kMasked>(lane_load_base, lane_store_base, first_selector, second_selector, lane, valid_keys);
+    #pragma unroll 1
+    for (int pass = 0; pass < Plan::kDvPasses; ++pass) {
+      const uint32_t load_base = lane_load_base + pass * Plan::kPassBytes;
+      const uint32_t store_base = lane_store_base + pass * Plan::kPassBytes;
+      if (transpose_warp == 0) {
+        tile<0, kMasked>(load_base, store_base, first_selector, second_selector, lane_keys_left);
+      } else if (transpose_warp == 1) {
+        tile<1, kMasked>(load_base, store_base, first_selector, second_selector, lane_keys_left);
+      } else {
+        tile<2, kMasked>(load_base, store_base, first_selector, second_selector, lane_keys_left);
+      }
     }
   }
 };

@@ -209,7 +209,7 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
 
   if (!fp8attn::sm90::is_declared_kernel(k.key)) e << " kernel " << k.key.to_string() << " is not in src/kernels.list;";
   if (k.key.head_dim != c.d || k.key.head_dim_v != c.dv) e << " key head dims differ from the problem's;";
-  if (k.key.block_n != fp8attn::block_n_for_head_dim(c.d)) e << " block_n != block_n_for_head_dim(d);";
+  if (k.key.block_n != fp8attn::block_n_for(k.key.block_m, c.d)) e << " block_n != block_n_for(block_m, d);";
   if (!k.key.two_level) e << " picked the single-level (test-only) kernel;";
   if (k.key.block_m != 64 && k.key.block_m != 128) e << " block_m not 64 or 128;";
 
@@ -245,7 +245,7 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (k.num_splits < 1 || k.num_splits > kMaxSplits) e << " num_splits " << k.num_splits << " outside 1..256;";
   if (c.num_splits > 0 && k.num_splits != c.num_splits) e << " explicit num_splits not returned as is;";
   if (c.num_splits == 0) {
-    const int block_n = fp8attn::block_n_for_head_dim(c.d);
+    const int block_n = fp8attn::block_n_for(k.key.block_m, c.d);
     const int64_t kv_blocks = std::max<int64_t>(1, ceil_div(c.seqlen_k, block_n));
     if (k.num_splits > kMaxHeuristicSplits) e << " heuristic gave more than 128 splits;";
     if (k.num_splits > kv_blocks) e << " heuristic gave more splits than KV blocks;";
@@ -327,7 +327,7 @@ TEST(ConfigSweep, DeclaredKernelsAreTheList) {
   struct K { int d, dv, bm, bn; };
   const K declared[] = {{64, 64, 64, 128},    {96, 96, 128, 128},  {96, 96, 64, 128},
                         {128, 128, 128, 128}, {128, 128, 64, 128}, {192, 192, 128, 96}, {192, 192, 64, 96},
-                        {192, 128, 128, 96}, {192, 128, 64, 96},  {256, 256, 128, 64}, {256, 256, 64, 64}};
+                        {192, 128, 128, 96}, {192, 128, 64, 96},  {256, 256, 128, 128}, {256, 256, 64, 64}};
   for (const K& k : declared) {
     fp8attn::KernelKey key;
     key.head_dim = k.d;
@@ -336,7 +336,7 @@ TEST(ConfigSweep, DeclaredKernelsAreTheList) {
     key.block_n = k.bn;
     EXPECT_TRUE(fp8attn::sm90::is_declared_kernel(key)) << key.to_string();
   }
-  const K undeclared[] = {{128, 128, 192, 128}, {64, 64, 128, 128}, {64, 64, 64, 64}, {256, 256, 64, 128}, {128, 64, 64, 128}, {96, 96, 64, 96}};
+  const K undeclared[] = {{128, 128, 192, 128}, {64, 64, 128, 128}, {64, 64, 64, 64}, {256, 256, 64, 128}, {256, 256, 128, 64}, {128, 64, 64, 128}, {96, 96, 64, 96}};
   for (const K& k : undeclared) {
     fp8attn::KernelKey key;
     key.head_dim = k.d;
@@ -612,11 +612,11 @@ TEST(ConfigSplit, HeuristicDoesNotSplitAFullGrid) {
 
 TEST(ConfigSplit, HeuristicDoesNotSplitShortKv) {
   for (const auto& hd : fp8attn::kSupportedHeadDims) {
-    const int block_n = fp8attn::block_n_for_head_dim(hd.first);
     Case c;  // a small grid (8 CTAs) that would be split if the KV range allowed it
     c.d = hd.first;
     c.dv = hd.second;
     c.causal = true;
+    const int block_n = fp8attn::block_n_for(config_of(c).key.block_m, c.d);  // the tile height does not move with seqlen_k here
     c.seqlen_k = 4 * block_n;  // exactly 4 blocks
     EXPECT_EQ(config_of(c).num_splits, 1) << describe(c);
     c.seqlen_k = 1;

@@ -72,6 +72,27 @@ struct PlanChecker {
     }
   }
 
+  // dv passes (Plan::kDvPasses > 1): the kernel runs units 0..kUnitsPerPass-1 once per pass from bases moved by
+  // p * kPassBytes; that must be unit p * kUnitsPerPass + u, so the passes together are the whole unit list.
+  void check_passes() const {
+    for (int stage = 0; stage < kStages; ++stage) {
+      for (int pass = 0; pass < Plan::kDvPasses; ++pass) {
+        for (int u = 0; u < Plan::kUnitsPerPass; ++u) {
+          const int unit = pass * Plan::kUnitsPerPass + u;
+          for (int lane = 0; lane < 32; ++lane) {
+            const uint32_t load_base = stage * Plan::kLoadStageBytes + Plan::load_lane_offset(lane);
+            const uint32_t store_base = stage * Plan::kStoreStageBytes + Plan::store_lane_offset(lane);
+            ASSERT_EQ(Plan::load_address(load_base + pass * Plan::kPassBytes, u), Plan::load_address(load_base, unit))
+                << name << ": ldmatrix address of pass " << pass << " unit " << u << " lane " << lane;
+            ASSERT_EQ(Plan::store_address(store_base + pass * Plan::kPassBytes, u), Plan::store_address(store_base, unit))
+                << name << ": stmatrix address of pass " << pass << " unit " << u << " lane " << lane;
+            ASSERT_EQ(Plan::key_group(u), Plan::key_group(unit)) << name << ": the mask of pass " << pass;
+          }
+        }
+      }
+    }
+  }
+
   // The ones rows of every stage (kPvSumInPv) are the blocks fwd_kernel.cuh fills with 16-byte stores: per stage
   // and atom column, 8 x kVtAtomBytes contiguous bytes starting at the atom's first element.
   void check_ones_blocks() const {
@@ -124,9 +145,10 @@ struct PlanChecker {
             const uint8_t* row1 = &smem_load[load_address[8 * m + 2 * q + 1]];
             regs[t][m] = uint32_t(row0[2 * p]) | uint32_t(row0[2 * p + 1]) << 8 | uint32_t(row1[2 * p]) << 16 |
                          uint32_t(row1[2 * p + 1]) << 24;
-            const int key = 16 * Plan::key_group(unit) + 2 * q + 8 * (m % 2);  // the kernel's mask
+            // The kernel's mask, in its form: the unit's key offset against the lane's valid keys left.
+            const int key = 16 * Plan::key_group(unit) + 8 * (m % 2), keys_left = valid_keys - 2 * q;
             if (valid_keys < Traits::kBlockN) {
-              regs[t][m] &= (key < valid_keys ? 0x0000ffffu : 0u) | (key + 1 < valid_keys ? 0xffff0000u : 0u);
+              regs[t][m] &= (key < keys_left ? 0x0000ffffu : 0u) | (key + 1 < keys_left ? 0xffff0000u : 0u);
             }
           }
         }
@@ -166,6 +188,7 @@ void check_kernel() {
                               std::to_string(kBlockM) + " n" + std::to_string(kBlockN)};
   SCOPED_TRACE(checker.name);
   checker.check_addresses();
+  checker.check_passes();
   checker.check_ones_blocks();
   for (int valid_keys : {kBlockN, kBlockN - 1, 17, 1}) { checker.check_data(valid_keys); }
 }
