@@ -23,15 +23,16 @@ using namespace cute;
 
 // The GMMA shared-memory swizzle atom for a K-major operand whose K extent is kBytes bytes: the widest
 // swizzle that tiles it (128 B when the row is a multiple of 128 B, else 64 B or 32 B), so that TMA writes
-// and ldmatrix/stmatrix/WGMMA reads of 16-byte chunks are bank-conflict free.
+// and ldmatrix/stmatrix/WGMMA reads of 16-byte chunks are bank-conflict free. The atom is that many bytes wide.
+constexpr int k_major_swizzle_bytes(int k_bytes) { return k_bytes % 128 == 0 ? 128 : k_bytes % 64 == 0 ? 64 : 32; }
 template <class Element, int kBytes>
 constexpr auto k_major_swizzle_atom() {
-  if constexpr (kBytes % 128 == 0) {
+  static_assert(kBytes % 32 == 0, "K extent must be a multiple of 32 bytes");
+  if constexpr (k_major_swizzle_bytes(kBytes) == 128) {
     return GMMA::Layout_K_SW128_Atom<Element>{};
-  } else if constexpr (kBytes % 64 == 0) {
+  } else if constexpr (k_major_swizzle_bytes(kBytes) == 64) {
     return GMMA::Layout_K_SW64_Atom<Element>{};
   } else {
-    static_assert(kBytes % 32 == 0, "K extent must be a multiple of 32 bytes");
     return GMMA::Layout_K_SW32_Atom<Element>{};
   }
 }
@@ -61,7 +62,9 @@ struct KernelTraits {
   // Two-level accumulation keeps a second fp32 accumulator (the tile's P V) next to O. When O + O_tile + S
   // would not fit the MMA warpgroup's registers (dv > 128, or two CTAs per SM), the PV GEMM runs in dv
   // chunks through one chunk-sized tile accumulator — or, with P V after the softmax (kernel_rules.h), in
-  // kBlockN-wide parts through the score registers: a part of kBlockN columns takes as many registers as S.
+  // kBlockN-wide parts through the score registers: a part of kBlockN columns takes as many registers as S. (A
+  // part accumulator on only some of S's registers made ptxas serialize every WGMMA, C7511: 64-wide parts at d256
+  // and 96-wide ones at d192 with 128-key tiles, docs/perf.md run 28.)
   static constexpr bool kPvAfterSoftmax = pv_after_softmax(kBlockM_, kBlockN_, kHeadDimV_) && kTwoLevel_;
   static constexpr int kPvChunk = kPvAfterSoftmax ? kBlockN
                                  : kHeadDimV > 128 ? 64
@@ -107,10 +110,12 @@ struct KernelTraits {
   static constexpr int kVtRows = kPvSumInPv ? kHeadDimV + 8 : kHeadDimV;  // rows of one V^T stage
   // Width of V^T's swizzle atom (k_major_swizzle_atom<Element, kBlockN>): a stage is 8-row atoms, so the 8
   // ones rows are kBlockN / kVtAtomBytes contiguous blocks of 8 x kVtAtomBytes bytes each.
-  static constexpr int kVtAtomBytes = kBlockN % 128 == 0 ? 128 : kBlockN % 64 == 0 ? 64 : 32;
+  static constexpr int kVtAtomBytes = k_major_swizzle_bytes(kBlockN);
+  static constexpr int kVLoadAtomBytes = k_major_swizzle_bytes(kHeadDimV);  // sVLoad's atom width (dv bytes)
   // A V^T stage one swizzle atom wide is a stack of 8-row atoms, so the rows of each P V part (from a multiple of
   // 8 on) are a V^T operand of their own (mainloop_mma.cuh).
   static_assert(!kPvAfterSoftmax || kVtAtomBytes == kBlockN, "P V parts need a V^T stage one swizzle atom wide");
+  static_assert(!kPvAfterSoftmax || kHeadDimV % kBlockN == 0, "P V parts are exactly the score registers");
   // O_tile = P V^T-view (+ ones): (kBlockM, kPvTileN) accumulated over kBlockN, P from registers.
   using TiledMmaPvTile = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kPvTileN>, Int<kBlockN>>>(),

@@ -210,6 +210,18 @@ struct MainloopMma {
 
     PipelineState k_state;
     PipelineState vt_state;
+    // QK^T of one block, completed, then its softmax and P: every block of P V after the softmax, the first block
+    // of the overlapped loop.
+    auto scores_of_block = [&](int n_block, float (&rescale)[2]) {
+      pipeline_k.consumer_wait(k_state);
+      issue_qk(k_state.index());
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      pipeline_k.consumer_release(k_state);
+      ++k_state;
+      scores_to_p(n_block, rescale);
+      scores_to_pv_operand(tSrS, tOrP);
+    };
     if constexpr (Traits::kPvAfterSoftmax) {
       // The V^T rows [part * kPvChunk, (part + 1) * kPvChunk) of a stage as a P V operand (SmemLayoutVtRows).
       auto vt_part = [&](int part, int stage) {
@@ -233,15 +245,8 @@ struct MainloopMma {
         warpgroup_commit_batch();
       };
       for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-        pipeline_k.consumer_wait(k_state);
-        issue_qk(k_state.index());
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        pipeline_k.consumer_release(k_state);
-        ++k_state;
         float rescale[2];
-        scores_to_p(n_block, rescale);
-        scores_to_pv_operand(tSrS, tOrP);
+        scores_of_block(n_block, rescale);
         pipeline_vt.consumer_wait(vt_state);
         CUTE_UNROLL
         for (int part = 0; part < Traits::kNumPvChunks; ++part) {
@@ -261,15 +266,8 @@ struct MainloopMma {
     } else {
       // First block: scores only.
       int n_block = range.n_block_max - 1;
-      pipeline_k.consumer_wait(k_state);
-      issue_qk(k_state.index());
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrS);
-      pipeline_k.consumer_release(k_state);
-      ++k_state;
       float rescale_prev[2];
-      scores_to_p(n_block, rescale_prev);
-      scores_to_pv_operand(tSrS, tOrP);
+      scores_of_block(n_block, rescale_prev);
 
       for (--n_block; n_block >= range.n_block_min; --n_block) {
         // QK^T of this block and P V of the previous one, in flight together.

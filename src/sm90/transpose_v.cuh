@@ -40,16 +40,14 @@ struct VTransposePlan {
   static constexpr int kDvBlocks = kHeadDimV / 32;   // 32 dv bytes per unit
   static constexpr int kUnits = kKeyGroups * kDvBlocks;
   static constexpr int kWarps = Traits::kNumTransposeThreads / 32;
-  // Tiles of more than 32 units (d256 with 128 keys: 64) are transposed in passes of 128 dv columns, a loop
-  // over the same unit list at an offset of kPassBytes in both buffers: unrolled whole, each warp's 22 units
-  // needed more than the producer's 40 registers. A pass is one 128-byte swizzle atom column of sVLoad and
-  // 128 rows of sVt (a stack of 8-row atoms when V^T is one atom wide), so unit p * kUnitsPerPass + u is unit u
-  // moved by p * kPassBytes in both (tests/cpu/test_transpose_plan.cu checks it).
-  static constexpr int kDvPasses = kUnits > 32 ? kHeadDimV / 128 : 1;
+  // Tiles of more than 32 units with V^T one swizzle atom wide (the 128-key d256 tile: 64 units) are transposed
+  // in passes, a loop over the same unit list at an offset of kPassBytes in both buffers: unrolled whole, the
+  // 22 units per warp of a d256 tile spilled the producer's registers. A pass is one atom column of sVLoad
+  // (kVLoadAtomBytes of dv, BLK_N rows) and as many rows of sVt (a stack of 8-row atoms), so unit
+  // p * kUnitsPerPass + u is unit u moved by p * kPassBytes in both (tests/cpu/test_transpose_plan.cu checks it).
+  static constexpr int kDvPasses = kUnits > 32 && Traits::kVtAtomBytes == kBlockN ? kHeadDimV / Traits::kVLoadAtomBytes : 1;
   static constexpr int kUnitsPerPass = kUnits / kDvPasses;
-  static constexpr uint32_t kPassBytes = 128 * kBlockN;
-  static_assert(kDvPasses == 1 || (kHeadDimV % 128 == 0 && Traits::kVtAtomBytes == kBlockN),
-                "dv passes need 128-byte atom columns in sVLoad and a V^T one atom wide");
+  static constexpr uint32_t kPassBytes = Traits::kVLoadAtomBytes * kBlockN;
 
   // One pipeline stage of each buffer: (BLK_N, DV) and (DV, BLK_N) -> swizzled byte offset (E4M3 = 1 byte).
   using LayoutLoadStage = decltype(take<0, 2>(typename Traits::SmemLayoutVLoad{}));
