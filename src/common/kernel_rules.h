@@ -26,7 +26,7 @@ constexpr bool pv_after_softmax(int block_m, int block_n, int head_dim_v) {
 
 // K, V-as-loaded and V^T pipeline stages. Three let the load warp run two tiles ahead of the MMA warpgroups;
 // two-CTA (decode) kernels keep two so that two CTAs fit in an SM's shared memory, and so do the 128-key
-// d256 tiles (a stage is 97 KB).
+// d256 tiles (a stage is 96 KB).
 constexpr int stages_for(int block_m, int block_n, int head_dim_v) {
   return ctas_per_sm_for(block_m, head_dim_v) == 2 || pv_after_softmax(block_m, block_n, head_dim_v) ? 2 : 3;
 }

@@ -75,7 +75,8 @@ struct KernelTraits {
   // would. The pool the split divides is what the CTA was launched with: the per-thread count ptxas gives
   // under __launch_bounds__ (65536 / (threads x CTAs per SM), in steps of 8) times the threads — 64512 for
   // 384 threads, not 65536. A split over the pool makes setmaxnreg's allocation wait forever (a 240 + 32 split
-  // hung every launch, docs/perf.md run 22).
+  // hung every launch, docs/perf.md run 22). P V after the softmax (d256) gives the producer 48: its 128-key V
+  // transpose spilled at 40, and the MMA warpgroups' 208 live accumulator and P registers fit 224.
   static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 && kCtasPerSm == 1 ? 56 : kPvAfterSoftmax ? 48 : 40;
   static constexpr int kMmaRegs = kCtasPerSm == 2 ? 216 : kNumMmaWarpgroups == 1 ? 256 : kPvAfterSoftmax ? 224 : 232;
   static constexpr int kLaunchRegsPerThread = cute::min(256, 65536 / (kNumThreads * kCtasPerSm) / 8 * 8);
@@ -100,13 +101,13 @@ struct KernelTraits {
   // The row sums of P as rounded to E4M3 (softmax.cuh says why) come from the tensor cores, P x ones. When P V
   // is one GEMM (two-level, unchunked), V^T carries 8 rows of E4M3 ones after its dv rows and that GEMM is
   // N = dv + 8 wide: the sums cost one more n8 block of the same instructions (measured: a separate n8 GEMM,
-  // which reads the A registers again, cost 9% at d128, docs/perf.md run 11). P V after the softmax does the same
-  // in its last part (N = kPvChunk + 8: the score registers plus 4). Chunked P V beside the softmax (dv > 128
-  // with 64- or 96-key tiles, two CTAs per SM) has no registers for a wider tile while the softmax runs, and the
-  // single-level kernel accumulates into O itself: they run P x ones as its own N = 8 GEMM from a separate ones
-  // tile. All 8 columns of the ones block are sums, so every thread of a row's quad holds it.
+  // which reads the A registers again, cost 9% at d128, docs/perf.md run 11). Chunked P V (dv > 128, two CTAs
+  // per SM) has no registers for a wider tile while the softmax runs, P V after the softmax none for a part of
+  // N = kBlockN + 8 (it spilled, and ptxas serialized the WGMMAs, docs/perf.md run 28), and the single-level
+  // kernel accumulates into O itself: they run P x ones as its own N = 8 GEMM from a separate ones tile. All 8
+  // columns of the ones block are sums, so every thread of a row's quad holds it.
   static constexpr bool kPvSumInPv = kNumPvChunks == 1 && kTwoLevel;
-  static constexpr int kPvTileN = kPvSumInPv ? kPvChunk + 8 : kPvChunk;  // N of the (last) P V GEMM
+  static constexpr int kPvTileN = kPvSumInPv ? kPvChunk + 8 : kPvChunk;  // N of the P V GEMM
   static constexpr int kVtRows = kPvSumInPv ? kHeadDimV + 8 : kHeadDimV;  // rows of one V^T stage
   // Width of V^T's swizzle atom (k_major_swizzle_atom<Element, kBlockN>): a stage is 8-row atoms, so the 8
   // ones rows are kBlockN / kVtAtomBytes contiguous blocks of 8 x kVtAtomBytes bytes each.
