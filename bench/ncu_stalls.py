@@ -1,7 +1,7 @@
 """Summarise an ncu source-page CSV: where a kernel's warps wait, per SASS instruction.
 
     ncu --section SourceCounters --page source --print-source sass --csv ... > k.csv
-    python bench/ncu_stalls.py k.csv [--top 30] [--context 1]
+    python bench/ncu_stalls.py k.csv [--top 30]
 
 Prints the stall reasons over all samples, the instructions with the most samples (execution count, the
 instruction before it: a wait names what it waits for) and, per instruction class (WGMMA waits, mbarrier waits,
@@ -30,8 +30,21 @@ def read_rows(path: str) -> tuple[str, list[dict[str, str]]]:
     return kernel.split('","')[-1].strip().strip('",'), list(csv.DictReader(io.StringIO("".join(body))))
 
 
+def opcode(sass: str) -> str:
+    """The opcode with its modifiers ('QGMMA.64x128x32.F32...'), past a predicate; '' for an empty line."""
+    fields = sass.split()
+    return (fields[1] if fields[0].startswith("@") else fields[0]) if fields else ""
+
+
+def add_reasons(reasons: collections.Counter, row: dict[str, str]) -> None:
+    """Adds one instruction's stall samples by reason (all samples, not only the not-issued ones)."""
+    for key, value in row.items():
+        if key.startswith("stall_") and "Not Issued" not in key and value not in ("", "-"):
+            reasons[key[len("stall_"):]] += int(value)
+
+
 def instruction_class(sass: str, previous: str) -> str:
-    op = sass.split()[1] if sass.split()[0].startswith("@") else sass.split()[0]
+    op = opcode(sass)
     if op.startswith("WARPGROUP.DEPBAR"):
         return "wgmma wait"
     if op == "BRA" and "TRYWAIT" in previous:
@@ -57,9 +70,7 @@ def main() -> None:
     total = sum(samples) or 1
     reasons = collections.Counter()
     for r in rows:
-        for key, value in r.items():
-            if key.startswith("stall_") and "Not Issued" not in key and value not in ("", "-"):
-                reasons[key[len("stall_"):]] += int(value)
+        add_reasons(reasons, r)
     print(f"{kernel[:110]}\n{len(rows)} SASS instructions, {total} samples")
     print("by reason: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in reasons.most_common(12)))
     classes = collections.Counter()
@@ -74,7 +85,6 @@ def main() -> None:
         print(f"  {100 * samples[i] / total:5.1f}%  #{i:5d} exec {rows[i]['Instructions Executed']:>9s}  "
               f"{sass[:52]:52s} | prev: {prev[:60]}")
 
-
     samples_by_count = collections.Counter()
     for e, n in zip(executed, samples):
         if e > 1_000_000:
@@ -86,15 +96,12 @@ def main() -> None:
     lo, hi = hot[0], hot[-1]
     per_op, loop_classes, loop_reasons = collections.Counter(), collections.Counter(), collections.Counter()
     for i in range(lo, hi + 1):
-        fields = rows[i]["Source"].split()
-        if not fields:
+        op = opcode(rows[i]["Source"])
+        if not op:
             continue
-        op = fields[1] if fields[0].startswith("@") else fields[0]
         per_op[op.split(".")[0]] += executed[i] / loop_count
-        loop_classes[instruction_class(rows[i]["Source"].strip(), rows[i - 1]["Source"])] += samples[i]
-        for key, value in rows[i].items():
-            if key.startswith("stall_") and "Not Issued" not in key and value not in ("", "-"):
-                loop_reasons[key[len("stall_"):]] += int(value)
+        loop_classes[instruction_class(rows[i]["Source"], rows[i - 1]["Source"])] += samples[i]
+        add_reasons(loop_reasons, rows[i])
     loop_total = sum(loop_classes.values()) or 1
     print(f"hot loop #{lo}..#{hi} (executed {loop_count}x): {sum(per_op.values()):.0f} instructions per iteration "
           f"per warp, {100 * loop_total / total:.1f}% of the samples")
