@@ -132,6 +132,13 @@ struct MainloopMma {
       warpgroup_fence_operand(tOrPvSum);
       gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv_sum, tOrP, tSrOnes, tOrPvSum);
     };
+    // P x ones as a GEMM of its own, completed (chunked P V after its last chunk, P V after the softmax).
+    auto pv_sum_alone = [&]() {
+      warpgroup_arrive();
+      gemm_pv_sum();
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+    };
     // After the GEMM has completed: the block's sums of rounded P folded like O. Accumulator flat index
     // c + 2*h + 4*j: column 0 of the ones block j, row halves h = 0, 1.
     auto fold_pv_sum = [&](const float (&rescale)[2]) {
@@ -145,13 +152,15 @@ struct MainloopMma {
         softmax.fold_pv_sum(rescale, tile_sum);
       }
     };
-    auto issue_pv = [&](int chunk, int stage) {
+    // One P V GEMM from zero into tile (P from registers, V^T operand tOrVt), issued as its own batch.
+    auto issue_pv_gemm = [&](auto& tiled_mma, auto const& tOrVt, auto& tile) {
       warpgroup_fence_operand(tOrP);
-      warpgroup_fence_operand(tOrOTile);
+      warpgroup_fence_operand(tile);
       warpgroup_arrive();
-      gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv, tOrP, vt_operand(chunk, stage), tOrOTile);
+      gemm_k_steps</*kZeroInit=*/true>(tiled_mma, tOrP, tOrVt, tile);
       warpgroup_commit_batch();
     };
+    auto issue_pv = [&](int chunk, int stage) { issue_pv_gemm(tiled_mma_pv, vt_operand(chunk, stage), tOrOTile); };
     // The remaining dv chunks of a block's P V, one after the other through the one tile accumulator; then,
     // for chunked P V, P x ones alone.
     auto pv_remaining_chunks = [&](int stage, const float (&rescale)[2]) {
@@ -162,12 +171,7 @@ struct MainloopMma {
         warpgroup_fence_operand(tOrOTile);
         fold(chunk, rescale);
       }
-      if constexpr (kPvSumAfterChunks) {
-        warpgroup_arrive();
-        gemm_pv_sum();
-        warpgroup_commit_batch();
-        warpgroup_wait<0>();
-      }
+      if constexpr (kPvSumAfterChunks) { pv_sum_alone(); }
     };
     // Single-level accumulation (built only to measure what two-level accumulation buys, see
     // Traits::kTwoLevel): O is rescaled first and every chunk accumulates into it on the tensor cores.
@@ -237,12 +241,8 @@ struct MainloopMma {
                                    make_layout(partition_shape_C(tiled_mma_pv_part, Shape<Int<kBlockM>, Int<kPvChunk>>{})));
       static_assert(decltype(size(tOrPart))::value <= kSharedRegs, "a dv part fits the score registers");
       auto issue_part = [&](int part, int stage) {
-        Tensor tOrVt = thr_mma_pv_part.partition_fragment_B(vt_part(part, stage));  // (MMA, MMA_N, MMA_K) descriptors
-        warpgroup_fence_operand(tOrP);
-        warpgroup_fence_operand(tOrPart);
-        warpgroup_arrive();
-        gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv_part, tOrP, tOrVt, tOrPart);
-        warpgroup_commit_batch();
+        // (MMA, MMA_N, MMA_K) descriptors
+        issue_pv_gemm(tiled_mma_pv_part, thr_mma_pv_part.partition_fragment_B(vt_part(part, stage)), tOrPart);
       };
       for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
         float rescale[2];
@@ -255,10 +255,7 @@ struct MainloopMma {
           warpgroup_fence_operand(tOrPart);
           fold_from(part, rescale, tOrPart);
         }
-        warpgroup_arrive();
-        gemm_pv_sum();
-        warpgroup_commit_batch();
-        warpgroup_wait<0>();
+        pv_sum_alone();
         fold_pv_sum(rescale);
         pipeline_vt.consumer_release(vt_state);
         ++vt_state;
