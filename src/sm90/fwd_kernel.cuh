@@ -76,6 +76,31 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   vt_params.consumer_arv_count = Traits::kNumMmaThreads;
   PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
 
+  const PackGqa pack(args);
+  const bool has_rows = tile.m_block * kBlockM < pack.tile_rows(seq.seqlen_q);
+  const Mask<kBlockM, kBlockN> mask(seq, args, tile.m_block);
+  const KvBlockRange range = Mask<kBlockM, kBlockN>::split_range(mask.kv_block_range(), tile.split, args.num_splits);
+  const bool has_work = has_rows && range.n_block_max > range.n_block_min;
+  const int kv_head = pack.kv_head(tile.head);
+
+  // Warp 0 has initialised every barrier: in the 128-row kernels thread 0 issues the first loads now, before the
+  // ones rows and the CTA barrier, so that their latency overlaps the rest of the prologue
+  // (ProducerLoad::issue_first_loads; prefill at 1k keys +1.1-1.9%, docs/perf.md run 29). The 64-row kernels
+  // (decode, short narrow prefill) do not: their paged and PackGQA loads start after the barrier anyway, and with
+  // the early path the 8 MB decode steps were 0.1 us slower.
+  typename ProducerLoad<Traits>::LoadStates load_states;
+  bool first_loads_issued = false;
+  if constexpr (kBlockM == 128) {
+    if (warp_idx == 0) {
+      cutlass::arch::fence_barrier_init();
+      __syncwarp();  // the barriers were initialised by warp 0's elected lane
+      if (threadIdx.x == 0 && has_work) {
+        first_loads_issued = ProducerLoad<Traits>::issue_first_loads(params, smem, pipeline_k, pipeline_vload, seq,
+                                                                     range, tile.m_block, kv_head, tile.head, load_states);
+      }
+    }
+  }
+
   // The ones of the P x ones row sums (mainloop_mma.cuh), written once: rows kHeadDimV.. of every V^T stage
   // (the transpose never writes them), or the separate ones tile. WGMMA reads them through the async proxy.
   if constexpr (Traits::kPvSumInPv) {
@@ -100,19 +125,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  const PackGqa pack(args);
-  // The whole CTA agrees, so no barrier is left waiting.
-  if (tile.m_block * kBlockM >= pack.tile_rows(seq.seqlen_q)) { return; }
-  const Mask<kBlockM, kBlockN> mask(seq, args, tile.m_block);
-  const KvBlockRange range = Mask<kBlockM, kBlockN>::split_range(mask.kv_block_range(), tile.split, args.num_splits);
-  const bool has_work = range.n_block_max > range.n_block_min;
-  const int kv_head = pack.kv_head(tile.head);
+  // The whole CTA agrees, so no barrier is left waiting (and a CTA without rows has issued no load).
+  if (!has_rows) { return; }
 
   if (is_producer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (has_work) {
       ProducerLoad<Traits>::run(params, smem, pipeline_k, pipeline_vload, pipeline_vt, seq, range, tile.m_block,
-                                kv_head, tile.head, tile.batch);
+                                kv_head, tile.head, tile.batch, first_loads_issued, load_states);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegs>();

@@ -34,39 +34,56 @@ struct ProducerLoad {
   using PipelineVt = typename Traits::PipelineVt;
   using PipelineState = cutlass::PipelineState<Traits::kStages>;
 
+  // The load warp's pipeline positions, carried from the loads issued before the CTA barrier to the rest.
+  struct LoadStates {
+    PipelineState k = cutlass::make_producer_start_state<PipelineK>();
+    PipelineState v = cutlass::make_producer_start_state<PipelineVLoad>();
+  };
+
+  // Thread 0, right after it has initialised the barriers and before the ones rows and the CTA barrier
+  // (fwd_kernel.cuh): Q's TMA and the first KV block's V and K, so that their latency overlaps the rest of the
+  // prologue (phase clocks of a d128 1k prefill CTA: Q and the first K/V went out 1.6 and 2.0 us after its start,
+  // this way 1.2 and 1.3, docs/perf.md run 29). Dense and varlen K/V with Q by TMA only; returns whether it issued
+  // them. The block range must not be empty.
+  template <class Params>
+  CUTE_DEVICE static bool issue_first_loads(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
+                                            PipelineVLoad& pipeline_vload, const SeqInfo& seq, KvBlockRange range,
+                                            int m_block, int kv_head, int head_q, LoadStates& states) {
+    if (params.args.pack_gqa || params.args.block_table != nullptr) { return false; }
+    load_q(params, smem, seq, m_block, head_q);
+    load_kv_tiles(params, seq, range.n_block_max - 1, range.n_block_max - 1, kv_head, smem, pipeline_k, pipeline_vload, states);
+    return true;
+  }
+
   template <class Params>
   CUTE_DEVICE static void run(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
                               PipelineVLoad& pipeline_vload, PipelineVt& pipeline_vt, const SeqInfo& seq,
-                              KvBlockRange range, int m_block, int kv_head, int head_q, int batch) {
+                              KvBlockRange range, int m_block, int kv_head, int head_q, int batch,
+                              bool first_loads_issued, LoadStates& states) {
     const FwdArgs& args = params.args;
     const int warp = cutlass::canonical_warp_idx_sync();  // 0..3 inside the producer warpgroup
     const int lane = threadIdx.x % 32;
     // One thread issues every TMA; it is also the pipelines' leader (expect-tx on the full barriers).
     const bool is_tma_issuer = threadIdx.x == 0;
 
-    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});        // (BLK_M, D)
-    Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});        // (BLK_N, D, PIPE)
-    Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
-
     if (args.pack_gqa) {
       // Warps 1-3 gather Q while warp 0 already issues the K/V loads: the gather is a chain of dependent
       // global loads, and decode is latency-bound on short sequences.
-      if (warp != 0) { gather_q_packed(args, seq, m_block, kv_head, sQ, smem); }
-    } else if (is_tma_issuer) {
-      // Varlen sequences are a row offset into one packed batch.
-      Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q)(_, _, head_q, seq.tma_batch_q);  // (rows_q, D)
-      Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQ),
-                             Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));  // (BLK_M, D)
-      auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-      smem.barrier_q.arrive_and_expect_tx(Traits::kBytesQ);
-      copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(smem.barrier_q), 0),
-           tQgQ, tQsQ);
+      if (warp != 0) {
+        Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M, D)
+        gather_q_packed(args, seq, m_block, kv_head, sQ, smem);
+      }
+    } else if (is_tma_issuer && !first_loads_issued) {
+      load_q(params, smem, seq, m_block, head_q);
     }
 
     if (warp == 0) {
       if (args.block_table == nullptr) {
-        load_kv_tiles(params, seq, range, kv_head, sK, sVLoad, pipeline_k, pipeline_vload);
+        load_kv_tiles(params, seq, range.n_block_max - 1 - int(first_loads_issued), range.n_block_min, kv_head, smem,
+                      pipeline_k, pipeline_vload, states);
       } else {
+        Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});  // (BLK_N, D, PIPE)
+        Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
         load_kv_paged(params, seq, range, kv_head, batch, lane, sK, sVLoad, pipeline_k, pipeline_vload);
       }
     } else {
@@ -74,13 +91,28 @@ struct ProducerLoad {
     }
   }
 
-  // Warp 0, dense or varlen K/V: one TMA per tile from lane 0. Varlen sequences are a row offset into one
-  // packed batch; rows past the tensor's end arrive as zeros.
-  template <class Params, class TensorK, class TensorV>
-  CUTE_DEVICE static void load_kv_tiles(Params const& params, const SeqInfo& seq, KvBlockRange range, int kv_head,
-                                        TensorK& sK, TensorV& sVLoad, PipelineK& pipeline_k,
-                                        PipelineVLoad& pipeline_vload) {
+  // Thread 0: Q by TMA. Varlen sequences are a row offset into one packed batch.
+  template <class Params>
+  CUTE_DEVICE static void load_q(Params const& params, SharedStorage& smem, const SeqInfo& seq, int m_block, int head_q) {
+    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M, D)
+    Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q)(_, _, head_q, seq.tma_batch_q);  // (rows_q, D)
+    Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQ),
+                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));  // (BLK_M, D)
+    auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    smem.barrier_q.arrive_and_expect_tx(Traits::kBytesQ);
+    copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(smem.barrier_q), 0),
+         tQgQ, tQsQ);
+  }
+
+  // Warp 0, dense or varlen K/V: one TMA per tile from lane 0, blocks n_block_from down to n_block_to. Varlen
+  // sequences are a row offset into one packed batch; rows past the tensor's end arrive as zeros.
+  template <class Params>
+  CUTE_DEVICE static void load_kv_tiles(Params const& params, const SeqInfo& seq, int n_block_from, int n_block_to,
+                                        int kv_head, SharedStorage& smem, PipelineK& pipeline_k,
+                                        PipelineVLoad& pipeline_vload, LoadStates& states) {
     if (threadIdx.x != 0) { return; }
+    Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});  // (BLK_N, D, PIPE)
+    Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
     Tensor mK = params.tma_k_tile.get_tma_tensor(params.shape_k)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, D)
     Tensor mV = params.tma_v_tile.get_tma_tensor(params.shape_v)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, DV)
     Tensor gK = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mK),
@@ -90,18 +122,16 @@ struct ProducerLoad {
     auto [tKgK, tKsK] = tma_partition(params.tma_k_tile, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(params.tma_v_tile, _0{}, Layout<_1>{}, group_modes<0, 2>(sVLoad),
                                       group_modes<0, 2>(gV));
-    PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
-    PipelineState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+    for (int n_block = n_block_from; n_block >= n_block_to; --n_block) {
       // V first: its transpose is the longer path to the MMA warpgroups.
-      pipeline_vload.producer_acquire(load_v_state);
-      copy(params.tma_v_tile.with(*pipeline_vload.producer_get_barrier(load_v_state), 0), tVgV(_, n_block),
-           tVsV(_, load_v_state.index()));
-      ++load_v_state;
-      pipeline_k.producer_acquire(load_k_state);
-      copy(params.tma_k_tile.with(*pipeline_k.producer_get_barrier(load_k_state), 0), tKgK(_, n_block),
-           tKsK(_, load_k_state.index()));
-      ++load_k_state;
+      pipeline_vload.producer_acquire(states.v);
+      copy(params.tma_v_tile.with(*pipeline_vload.producer_get_barrier(states.v), 0), tVgV(_, n_block),
+           tVsV(_, states.v.index()));
+      ++states.v;
+      pipeline_k.producer_acquire(states.k);
+      copy(params.tma_k_tile.with(*pipeline_k.producer_get_barrier(states.k), 0), tKgK(_, n_block),
+           tKsK(_, states.k.index()));
+      ++states.k;
     }
   }
 
