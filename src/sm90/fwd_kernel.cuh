@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   const PackGqa pack(args);
   const bool has_rows = tile.m_block * kBlockM < pack.tile_rows(seq.seqlen_q);
   const Mask<kBlockM, kBlockN> mask(seq, args, tile.m_block);
-  const KvBlockRange range = Mask<kBlockM, kBlockN>::split_range(mask.kv_block_range(), tile.split, args.num_splits);
+  const KvBlockRange range = Mask<kBlockM, kBlockN>::split_range(mask.kv_block_range(), tile.split, args.splits_divmod);
   const bool has_work = has_rows && range.n_block_max > range.n_block_min;
   const int kv_head = pack.kv_head(tile.head);
 
@@ -138,6 +138,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegs>();
     const int mma_thread = threadIdx.x - Traits::kNumProducerThreads;
     const float qk_descale = args.q_descale.load(tile.batch, kv_head) * args.k_descale.load(tile.batch, kv_head);
+    // Read now, used by the finalisation: read there, its round trip sat between the KV loop and the output
+    // (0.36 us of a 16 us d128 1k prefill CTA, docs/perf.md runs 29-30).
+    const float v_descale = args.v_descale.load(tile.batch, kv_head);
     OnlineSoftmax softmax(args.softmax_scale_log2 * qk_descale);
     typename MainloopMma<Traits>::FragmentO tOrO;
     clear(tOrO);
@@ -159,7 +162,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       }
     }
     float o_scale[2], lse[2];
-    softmax.finalize(args.v_descale.load(epilogue_tile.batch, pack.kv_head(epilogue_tile.head)), sink_log2, o_scale, lse);
+    softmax.finalize(v_descale, sink_log2, o_scale, lse);
     // Programmatic dependent launch: once every CTA is here, the split-KV combine may start launching; it waits
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
     // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/perf.md run 27;

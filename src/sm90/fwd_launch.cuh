@@ -76,6 +76,7 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
   a.block_table_batch_stride = p.block_table_batch_stride;
   a.page_size = p.page_size;
   a.num_splits = config.num_splits;
+  a.splits_divmod = cutlass::FastDivmod(std::max(1, config.num_splits));
   a.split_kv = config.split_kv();
   a.reverse_m = config.reverse_m;
   a.tile_order_rows = config.tile_order_rows;

@@ -51,6 +51,7 @@ struct FwdArgs {
   // [splits, heads_q, rows], rows = total_q (varlen) or batch * seqlen_q (dense). num_splits counts the grid's
   // splits (1 when unsplit); split_kv is the decision.
   int num_splits = 1;
+  cutlass::FastDivmod splits_divmod;  // divides by num_splits: the split of a tile, and each split's KV blocks
   bool split_kv = false;
   // Tile order (KernelConfig, tile_scheduler.cuh).
   bool reverse_m = false;

@@ -52,14 +52,19 @@ struct Mask {
     return {n_min, n_max};
   }
 
-  // The share of split `split` of `num_splits`: consecutive runs of blocks whose sizes differ by at most one.
-  // num_splits is planned from host-known lengths (max_seqlen_k), the blocks from the real ones: with
-  // ceil-sized runs, a 4k-key sequence under a 32k plan left 13 of 29 splits empty; spread this way every split
+  // The share of split `split` of `splits` (a divider by num_splits): consecutive runs of blocks whose sizes differ
+  // by at most one. num_splits is planned from host-known lengths (max_seqlen_k), the blocks from the real ones:
+  // with ceil-sized runs, a 4k-key sequence under a 32k plan left 13 of 29 splits empty; spread this way every split
   // has a block whenever there are at least as many blocks as splits. num_splits = 1 gives the whole range.
-  CUTE_DEVICE static KvBlockRange split_range(KvBlockRange all, int split, int num_splits) {
-    const int blocks = max(all.n_block_max - all.n_block_min, 0);
-    return {all.n_block_min + int(int64_t(split) * blocks / num_splits),
-            all.n_block_min + int(int64_t(split + 1) * blocks / num_splits)};
+  // Split s starts at floor(s * blocks / num_splits) = s * q + floor(s * r / num_splits), blocks = q * num_splits + r:
+  // products within 32 bits (s * blocks alone can pass 2^31; s, r < num_splits <= kMaxSplits) and no 64-bit
+  // division, a subroutine call of ~70 instructions on every CTA's path to its first load (docs/perf.md run 30).
+  CUTE_HOST_DEVICE static KvBlockRange split_range(KvBlockRange all, int split, const cutlass::FastDivmod& splits) {
+    const int blocks = all.n_block_max > all.n_block_min ? all.n_block_max - all.n_block_min : 0;
+    int q, r;
+    splits(q, r, blocks);
+    return {all.n_block_min + split * q + splits.div(split * r),
+            all.n_block_min + (split + 1) * q + splits.div((split + 1) * r)};
   }
 
   // Whether block n_block has any key that some row of the tile must not see.

@@ -59,7 +59,9 @@ struct SingleTileScheduler {
  private:
   CUTE_DEVICE static TileCoord tile_of(const FwdArgs& args, uint3 block) {
     if (!args.reverse_m) {
-      return {int(block.x), int(block.y), int(block.z) / args.num_splits, int(block.z) % args.num_splits};
+      int batch, split;
+      args.splits_divmod(batch, split, int(block.z));
+      return {int(block.x), int(block.y), batch, split};
     }
     const LongestFirstOrder order{int(gridDim.x), int(gridDim.y), args.num_splits, int(gridDim.y * gridDim.z),
                                   args.tile_order_rows};

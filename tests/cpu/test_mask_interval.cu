@@ -1,6 +1,7 @@
 // The element mask's per-row interval (Mask::visible_columns, src/sm90/mask.cuh) against the visibility predicate
 // it replaces, key by key: sequence end, causal and both window sides, short and long sequences, queries
-// before and after the diagonal, and windows large enough that q + diag - window_left is far below zero.
+// before and after the diagonal, and windows large enough that q + diag - window_left is far below zero. Also the
+// split of a tile's KV blocks (Mask::split_range) against the 64-bit formula it replaces.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -48,6 +49,37 @@ TEST(MaskInterval, MatchesTheVisibilityPredicateForEveryKeyOfTheBlock) {
     }
   }
   EXPECT_GT(checked, 100000);
+}
+
+TEST(SplitRange, MatchesFloorOfSplitTimesBlocksOverSplits) {
+  // Up to kMaxSplits splits, block counts from empty to past 2^31 / kMaxSplits (where split * blocks overflows int).
+  const std::vector<int> block_counts = {0, 1, 2, 3, 7, 29, 128, 255, 256, 257, 1000, 4096, 65537, 8388609, 16777215};
+  const std::vector<int> split_counts = {1, 2, 3, 7, 16, 29, 128, 255, 256};
+  int checked = 0;
+  for (int blocks : block_counts) {
+    for (int splits : split_counts) {
+      const cutlass::FastDivmod divmod(splits);
+      int previous_end = 5;
+      for (int split = 0; split < splits; ++split) {
+        const KvBlockRange got = TileMask::split_range({5, 5 + blocks}, split, divmod);
+        const int begin = 5 + int(int64_t(split) * blocks / splits);
+        const int end = 5 + int(int64_t(split + 1) * blocks / splits);
+        ASSERT_EQ(got.n_block_min, begin) << "blocks " << blocks << " splits " << splits << " split " << split;
+        ASSERT_EQ(got.n_block_max, end) << "blocks " << blocks << " splits " << splits << " split " << split;
+        ASSERT_EQ(got.n_block_min, previous_end) << "the splits are consecutive";
+        previous_end = got.n_block_max;
+        ++checked;
+      }
+      ASSERT_EQ(previous_end, 5 + blocks) << "the splits cover every block";
+    }
+  }
+  EXPECT_GT(checked, 10000);
+  // An empty range (the window leaves a tile no keys) stays empty in every split.
+  const cutlass::FastDivmod four(4);
+  for (int split = 0; split < 4; ++split) {
+    const KvBlockRange got = TileMask::split_range({9, 3}, split, four);
+    EXPECT_EQ(got.n_block_max, got.n_block_min);
+  }
 }
 
 }  // namespace
