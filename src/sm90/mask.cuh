@@ -58,7 +58,7 @@ struct Mask {
   // has a block whenever there are at least as many blocks as splits. num_splits = 1 gives the whole range.
   // Split s starts at floor(s * blocks / num_splits) = s * q + floor(s * r / num_splits), blocks = q * num_splits + r:
   // products within 32 bits (s * blocks alone can pass 2^31; s, r < num_splits <= kMaxSplits) and no 64-bit
-  // division, a subroutine call of ~70 instructions on every CTA's path to its first load (docs/perf.md run 30).
+  // division, two calls of an ~80-instruction subroutine on every CTA's path to its first load (docs/perf.md run 30).
   CUTE_HOST_DEVICE static KvBlockRange split_range(KvBlockRange all, int split, const cutlass::FastDivmod& splits) {
     const int blocks = all.n_block_max > all.n_block_min ? all.n_block_max - all.n_block_min : 0;
     int q, r;
