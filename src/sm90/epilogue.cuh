@@ -38,7 +38,7 @@ struct Epilogue {
   // warpgroup's KV loop is over, whatever the other warpgroup still does: every V tile loaded has been
   // transposed (the warpgroup consumed every V^T stage), and nothing else reads or writes it. (sK and sVt may
   // still be read by the other warpgroup's GEMMs.) Where 64 full rows do not fit (d256), dv goes in two passes.
-  static constexpr bool kStagedOut = kBlockM == 128;
+  static constexpr bool kStagedOut = kBlockM >= 128;
   static constexpr int kStageRegionBytes = int(sizeof(SharedStorage::smem_vload)) / Traits::kNumMmaWarpgroups;
   static constexpr int kStagePasses = 64 * (kHeadDimV * 2 + 16) <= kStageRegionBytes ? 1 : 2;
   static constexpr int kPassCols = kHeadDimV / kStagePasses;
@@ -125,8 +125,10 @@ struct Epilogue {
         auto warpgroup_sync = [&]() {
           if (warpgroup == 0) {
             cutlass::arch::NamedBarrier::sync(128, 0);
-          } else {
+          } else if (Traits::kNumMmaWarpgroups == 2 || warpgroup == 1) {
             cutlass::arch::NamedBarrier::sync(128, 1);
+          } else {
+            cutlass::arch::NamedBarrier::sync(128, 2);
           }
         };
         CUTE_UNROLL

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   // the early path the 8 MB decode steps were 0.1 us slower.
   typename ProducerLoad<Traits>::LoadStates load_states;
   bool first_loads_issued = false;
-  if constexpr (kBlockM == 128) {
+  if constexpr (kBlockM >= 128) {
     if (warp_idx == 0) {
       cutlass::arch::fence_barrier_init();
       __syncwarp();  // the barriers were initialised by warp 0's elected lane

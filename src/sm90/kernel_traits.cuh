@@ -77,13 +77,15 @@ struct KernelTraits {
   // 384 threads, not 65536. A split over the pool makes setmaxnreg's allocation wait forever (a 240 + 32 split
   // hung every launch, docs/perf.md run 22). P V after the softmax (d256) gives the producer 48: its 128-key V
   // transpose spilled at 40, and the MMA warpgroups' 208 live accumulator and P registers fit 224.
-  static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 && kCtasPerSm == 1 ? 56 : kPvAfterSoftmax ? 48 : 40;
-  static constexpr int kMmaRegs = kCtasPerSm == 2 ? 216 : kNumMmaWarpgroups == 1 ? 256 : kPvAfterSoftmax ? 224 : 232;
+  static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 && kCtasPerSm == 1 ? 56
+                                     : kNumMmaWarpgroups == 3 ? 32 : kPvAfterSoftmax ? 48 : 40;
+  static constexpr int kMmaRegs = kCtasPerSm == 2 ? 216 : kNumMmaWarpgroups == 1 ? 256
+                                : kNumMmaWarpgroups == 3 ? 160 : kPvAfterSoftmax ? 224 : 232;
   static constexpr int kLaunchRegsPerThread = cute::min(256, 65536 / (kNumThreads * kCtasPerSm) / 8 * 8);
   static_assert((kProducerRegs + kNumMmaWarpgroups * kMmaRegs) * 128 <= kLaunchRegsPerThread * kNumThreads,
                 "register split over the CTA's launch pool");
 
-  static_assert(kBlockM == 64 || kBlockM == 128, "block_m is 64 or 128 (one or two MMA warpgroups)");
+  static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192, "block_m is 64, 128 or 192 (1-3 MMA warpgroups)");
   static_assert(kBlockN % 32 == 0 && kBlockN <= 256, "block_n is a multiple of the FP8 WGMMA K step (32)");
   static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0, "head dims are multiples of 32");
   static_assert(kHeadDimV % kPvChunk == 0 && kPvChunk % 8 == 0 && kPvChunk <= 256, "PV chunk is a WGMMA N");

@@ -211,7 +211,7 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (k.key.head_dim != c.d || k.key.head_dim_v != c.dv) e << " key head dims differ from the problem's;";
   if (k.key.block_n != fp8attn::block_n_for(k.key.block_m, c.d)) e << " block_n != block_n_for(block_m, d);";
   if (!k.key.two_level) e << " picked the single-level (test-only) kernel;";
-  if (k.key.block_m != 64 && k.key.block_m != 128) e << " block_m not 64 or 128;";
+  if (k.key.block_m != 64 && k.key.block_m != 128 && k.key.block_m != 192) e << " block_m not 64, 128 or 192;";
 
   // PackGQA: never without a group; always for GQA decode whose packed rows fit one 64-row tile.
   if (k.pack_gqa && group == 1) e << " pack_gqa with one q head per kv head;";
@@ -219,9 +219,16 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
     e << " GQA decode (" << c.seqlen_q << " tokens x " << group << " heads <= 64) not packed;";
   const int64_t rows = int64_t{c.seqlen_q} * (k.pack_gqa ? group : 1);
   // 64-row tiles for short decode (rows of one tile's head <= 64), for dv <= 64 (d <= 128), and for d, dv <= 96
-  // over at most 1024 keys (two CTAs per SM: docs/perf.md runs 24-25); 128 rows otherwise.
+  // over at most 1024 keys (two CTAs per SM: docs/perf.md runs 24-25); 128 rows otherwise. dv <= 64 over >= 8192
+  // keys per row (the window, where bounded on both sides) takes 192 rows where they fill >= 90% of the tiles
+  // (run 34).
+  const bool bounded_window = c.window_left >= 0 && (c.causal || c.window_right >= 0);
+  const int64_t window = int64_t{c.window_left} + (c.causal ? 0 : c.window_right) + 1;
+  const int64_t span = bounded_window ? std::min<int64_t>(c.seqlen_k, window) : c.seqlen_k;
+  const bool tall_tile =
+      rows > 64 && c.d <= 128 && c.dv <= 64 && span >= 8192 && 10 * rows >= 9 * 192 * ceil_div(rows, 192);
   const bool two_cta_prefill = c.d <= 128 && (c.dv <= 64 || (c.d <= 96 && c.dv <= 96 && c.seqlen_k <= 1024));
-  const int want_block_m = rows <= 64 || two_cta_prefill ? 64 : 128;
+  const int want_block_m = tall_tile ? 192 : rows <= 64 || two_cta_prefill ? 64 : 128;
   if (k.key.block_m != want_block_m) e << " block_m " << k.key.block_m << " for " << rows << " rows per head;";
 
   // Grid: (m_blocks, heads, batch * splits); nothing to launch when there are no queries.
@@ -311,13 +318,14 @@ TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
                     if (!err.empty() && ++failures <= 25) ADD_FAILURE() << describe(c) << "\n  -> " << describe(k) << "\n  " << err;
                   }
   EXPECT_EQ(failures, 0) << "of " << checked << " configs";
-  // The sweep must exercise both tile heights, PackGQA and the split heuristic, or it proves little.
+  // The sweep must exercise every tile height, PackGQA and the split heuristic, or it proves little.
   EXPECT_GT(seen_block_m[64], 0);
   EXPECT_GT(seen_block_m[128], 0);
+  EXPECT_GT(seen_block_m[192], 0);
   EXPECT_GT(seen_packed, 0);
   EXPECT_GT(seen_split, 0);
   std::cout << "[ config sweep ] " << checked << " configs: block_m 64: " << seen_block_m[64]
-            << ", block_m 128: " << seen_block_m[128] << ", packed: " << seen_packed
+            << ", block_m 128: " << seen_block_m[128] << ", block_m 192: " << seen_block_m[192] << ", packed: " << seen_packed
             << ", heuristic splits > 1: " << seen_split << "\n";
 }
 
@@ -325,7 +333,7 @@ TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
 // policy may pick (and the one single-level comparison kernel, which it must never pick).
 TEST(ConfigSweep, DeclaredKernelsAreTheList) {
   struct K { int d, dv, bm, bn; };
-  const K declared[] = {{64, 64, 64, 128},    {96, 96, 128, 128},  {96, 96, 64, 128},
+  const K declared[] = {{64, 64, 64, 128},    {64, 64, 192, 96},   {96, 96, 128, 128},  {96, 96, 64, 128},
                         {128, 128, 128, 128}, {128, 128, 64, 128}, {192, 192, 128, 96}, {192, 192, 64, 96},
                         {192, 128, 128, 96}, {192, 128, 64, 96},  {256, 256, 128, 128}, {256, 256, 64, 64}};
   for (const K& k : declared) {

@@ -225,8 +225,11 @@ TEST(Fuzz, RandomConfigurationsMatchTheReference) {
 
 // Every compiled two-level kernel (head dims x block_m) once, against the reference: what the sanitizer runs
 // (FP8ATTN_SANITIZE_FUZZ) need to cover every variant, whatever the fuzz drew. A decode call (few packed rows)
-// selects block_m = 64, a prefill call over more than 1024 keys block_m = 128 where it is compiled (d > 64); the
-// test checks that together they reach every kernel.
+// selects block_m = 64, a prefill call over more than 1024 keys block_m = 128 where it is compiled (d > 64), a
+// long prefill call (>= 8192 keys, 576 rows) block_m = 192 where it is compiled (dv = 64); the test checks that
+// together they reach every kernel.
+enum class CallKind { kDecode, kPrefill, kLongPrefill };
+
 TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
   std::set<std::string> compiled, covered;
   std::istringstream lines(fp8attn_compiled_kernels());
@@ -236,7 +239,8 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
   ASSERT_TRUE(fp8attn::query_device(&device).ok());
   uint64_t seed = 7000;
   for (const auto& [d, dv] : compiled_head_dims()) {
-    for (const bool decode : {true, false}) {
+    for (const CallKind kind : {CallKind::kDecode, CallKind::kPrefill, CallKind::kLongPrefill}) {
+      const bool decode = kind == CallKind::kDecode;
       Case c;
       c.head_dim = d;
       c.head_dim_v = dv;
@@ -244,8 +248,20 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
       c.heads_kv = 2;
       c.batch = 3;
       c.varlen_q = true;
-      c.seqlens_q = decode ? std::vector<int>{1, 1, 1} : std::vector<int>{200, 17, 130};
-      c.seqlens_k = decode ? std::vector<int>{700, 33, 1} : std::vector<int>{300, 17, 1100};
+      switch (kind) {
+        case CallKind::kDecode:
+          c.seqlens_q = {1, 1, 1};
+          c.seqlens_k = {700, 33, 1};
+          break;
+        case CallKind::kPrefill:
+          c.seqlens_q = {200, 17, 130};
+          c.seqlens_k = {300, 17, 1100};
+          break;
+        case CallKind::kLongPrefill:
+          c.seqlens_q = {576, 100, 383};
+          c.seqlens_k = {8300, 100, 5000};
+          break;
+      }
       c.kv = decode ? KvLayout::kPaged : KvLayout::kVarlen;
       c.page_size = 32;
       c.causal = true;
