@@ -8,7 +8,8 @@
 #   1. BUILD_DIR/tests/fp8attn_gpu_tests --gtest_brief=1, then any further BUILD_DIR/tests/fp8attn_gpu_*
 #      test binaries; with FP8ATTN_REQUIRE_GPU=1, so a missing GPU is a failure here, not a skip;
 #   2. with FP8ATTN_SANITIZE=1: compute-sanitizer memcheck, racecheck and synccheck over the GPU tests that
-#      FP8ATTN_SANITIZE_FILTER selects (a gtest filter, default '*Sanitize*'; it must select at least one);
+#      FP8ATTN_SANITIZE_FILTER selects (a gtest filter, default '*EdgeCases*:*BadArgument*:Splits.*': the edge-case,
+#      bad-argument and split tests; it must select at least one);
 #   3. with FP8ATTN_SANITIZE_FUZZ=1: compute-sanitizer memcheck, racecheck, synccheck and initcheck over
 #      FP8ATTN_SANITIZE_FUZZ_COUNT fuzz configurations (default 50; seed FP8ATTN_FUZZ_SEED, default: one per
 #      run, printed), the Empty.* tests and KernelVariants.* (every compiled kernel once); then memcheck over
@@ -78,7 +79,7 @@ done
 
 # ---- 2. compute-sanitizer ---------------------------------------------------------------------------------
 if [ "${FP8ATTN_SANITIZE:-0}" = 1 ] && [ -x "$main_bin" ]; then
-  filter="${FP8ATTN_SANITIZE_FILTER:-*Sanitize*}"
+  filter="${FP8ATTN_SANITIZE_FILTER:-*EdgeCases*:*BadArgument*:Splits.*}"
   sanitizer="$(command -v compute-sanitizer || true)"
   if [ -z "$sanitizer" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
     sanitizer=/usr/local/cuda/bin/compute-sanitizer

@@ -6,9 +6,10 @@ namespace fp8attn {
 
 // KV tile width. Shared memory holds Q + the pipeline stages of (K, V as loaded, V^T), and the two-level tile
 // accumulator bounds the registers (docs/design.md). 128-row d256 tiles take 128 keys with P V after the softmax
-// (pv_after_softmax below); 64-row d256 tiles (decode, short queries) keep 64.
+// (pv_after_softmax below); 64-row d256 tiles (decode, short queries) keep 64. 192-row tiles (d64, three MMA
+// warpgroups at 160 registers) take 128 keys with P V in 32-column dv chunks (kernel_traits.cuh).
 constexpr int block_n_for(int block_m, int head_dim) {
-  return block_m == 192 ? 96 : head_dim <= 128 ? 128 : head_dim <= 192 ? 96 : block_m == 128 ? 128 : 64;
+  return block_m == 192 ? 128 : head_dim <= 128 ? 128 : head_dim <= 192 ? 96 : block_m == 128 ? 128 : 64;
 }
 
 // Single-MMA-warpgroup (64-row) tiles with dv <= 128 run two CTAs per SM: one CTA's loads overlap the other's

@@ -67,8 +67,9 @@ int64_t key_span(const ProblemShape& p) {
 // tiles (<= 64 rows) are 64 rows anyway; head dims above 128 keep 128-row prefill tiles (d192 with dv 128 would
 // fit two CTAs but is not measured). At dv = 64 the two 64-row CTAs give each SM scheduler two MMA warps, too
 // few to hide the softmax's latency over a long key range; three 192-row warpgroups (FA3's d64 shape) win there:
-// run 34, 16k queries x 16k keys +12.6% (causal +8.3%), but 4k x 4k -2.5% (causal -6.1%) and 1k x 1k -21%
-// (the larger fixed part per tile, and 1k rows fill 192-row tiles to 89%).
+// run 34 (192 x 128 tiles against two 64-row CTAs), 8k x 8k +10.5% (causal +6.1%), 16k x 16k +11.5% (causal
+// +11.4%), but with a 192 x 96 tile 4k x 4k -2.5% (causal -6.1%) and 1k x 1k -21% (the larger fixed part per tile,
+// and 1k rows fill 192-row tiles to 89%).
 int block_m_for(int64_t rows, const ProblemShape& p) {
   if (rows <= 64) { return 64; }
   if (p.head_dim > 128 || p.head_dim_v > 128) { return 128; }

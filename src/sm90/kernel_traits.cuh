@@ -60,15 +60,16 @@ struct KernelTraits {
   static constexpr int kCtasPerSm = ctas_per_sm_for(kBlockM, kHeadDimV);
 
   // Two-level accumulation keeps a second fp32 accumulator (the tile's P V) next to O. When O + O_tile + S
-  // would not fit the MMA warpgroup's registers (dv > 128, or two CTAs per SM), the PV GEMM runs in dv
-  // chunks through one chunk-sized tile accumulator — or, with P V after the softmax (kernel_rules.h), in
+  // would not fit the MMA warpgroup's registers (dv > 128, two CTAs per SM, or three MMA warpgroups at 160
+  // registers: unchunked, the 192 x 128 d64 tile spilled 56 B), the PV GEMM runs in dv chunks through one
+  // chunk-sized tile accumulator — or, with P V after the softmax (kernel_rules.h), in
   // kBlockN-wide parts through the score registers: a part of kBlockN columns takes as many registers as S. (A
   // part accumulator on only some of S's registers made ptxas serialize every WGMMA, C7511: 64-wide parts at d256
   // and 96-wide ones at d192 with 128-key tiles, docs/perf.md run 28.)
   static constexpr bool kPvAfterSoftmax = pv_after_softmax(kBlockM_, kBlockN_, kHeadDimV_) && kTwoLevel_;
   static constexpr int kPvChunk = kPvAfterSoftmax ? kBlockN
                                  : kHeadDimV > 128 ? 64
-                                 : kCtasPerSm == 2 && kHeadDimV == 128 ? 32 : kHeadDimV;
+                                 : (kCtasPerSm == 2 && kHeadDimV == 128) || kNumMmaWarpgroups == 3 ? 32 : kHeadDimV;
   static constexpr int kNumPvChunks = kHeadDimV / kPvChunk;
 
   // setmaxnreg split (per thread). The producer also transposes V, so it keeps more than a pure TMA warpgroup

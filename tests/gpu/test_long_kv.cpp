@@ -25,9 +25,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "harness.h"
@@ -98,6 +100,8 @@ class LongKv : public ::testing::TestWithParam<LongKvLimit> {
   static void write_json() {
     const char* dir = std::getenv("FP8ATTN_RESULTS_DIR");
     if (dir == nullptr || *dir == '\0') return;
+    std::error_code ignored;  // a directory that cannot be made shows as the write failure below
+    std::filesystem::create_directories(dir, ignored);
     const std::string path = std::string(dir) + "/long_kv_accuracy.json";
     std::ofstream out(path);
     out << "{\"rows\":[";
