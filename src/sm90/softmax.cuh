@@ -12,6 +12,8 @@
 // the sum of the same rounded weights, O is an exact weighted mean of V rows.
 #pragma once
 
+#include <utility>
+
 #include <cute/tensor.hpp>
 
 #include "sm90/utils.cuh"
@@ -38,36 +40,67 @@ struct OnlineSoftmax {
     }
   }
 
-  // Turns scores into P in place (tSrS flat index c + 2*h + 4*j) and returns, per row, the factor the
-  // caller must apply to O for the new maximum.
+  float exp_offset[2];  // this block's m * scale_log2 - 8, from update_max() for exponentiate()
+
+  // A block's scores become P in two phases, so that the caller can run work of its own (the previous block's
+  // remaining P V chunks, mainloop_mma.cuh) between parts of the second. tSrS flat index c + 2*h + 4*j.
   template <class TensorS>
-  CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
-    constexpr int kBlocks = decltype(size(tSrS))::value / 4;  // n8 blocks
+  static constexpr int kNumN8Blocks = decltype(size(std::declval<TensorS>()))::value / 4;
+
+  // Phase 1: the new row maxima, and per row the factor the caller must apply to O for them. The maximum of a
+  // row's scores is taken as a tree (depth log2 of the n8 blocks, not their count) so that the exponentials can
+  // start early; both row halves are independent chains.
+  template <class TensorS>
+  CUTE_DEVICE void update_max(TensorS const& tSrS, float (&o_rescale)[2]) {
+    constexpr int kBlocks = kNumN8Blocks<TensorS>;
+    float block_max[2][kBlocks];
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
-      float block_max = -INFINITY;
       CUTE_UNROLL
-      for (int j = 0; j < kBlocks; ++j) {
-        block_max = fmaxf(block_max, fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)));
+      for (int j = 0; j < kBlocks; ++j) { block_max[h][j] = fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)); }
+      CUTE_UNROLL
+      for (int stride = 1; stride < kBlocks; stride *= 2) {
+        CUTE_UNROLL
+        for (int j = 0; j + stride < kBlocks; j += 2 * stride) {
+          block_max[h][j] = fmaxf(block_max[h][j], block_max[h][j + stride]);
+        }
       }
-      const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max));
+    }
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max[h][0]));
       // A row with no visible key yet keeps -inf; use 0 as its reference so no -inf - -inf = NaN appears.
       const float max_ref = new_max == -INFINITY ? 0.f : new_max;
       o_rescale[h] = exp2_approx((row_max[h] - max_ref) * scale_log2);
       row_max[h] = new_max;
-      const float bias = max_ref * scale_log2 - kFp8MaxOffset;
-      float sum = 0.f;
+      exp_offset[h] = max_ref * scale_log2 - kFp8MaxOffset;
+      row_sum[h] *= o_rescale[h];
+    }
+  }
+
+  // Phase 2 for the n8 blocks [kBegin, kEnd): scores to P in place, added to the row sums.
+  template <int kBegin, int kEnd, class TensorS>
+  CUTE_DEVICE void exponentiate(TensorS& tSrS) {
+    static_assert(0 <= kBegin && kBegin <= kEnd && kEnd <= kNumN8Blocks<TensorS>, "a range of n8 blocks");
+    CUTE_UNROLL
+    for (int j = kBegin; j < kEnd; ++j) {
       CUTE_UNROLL
-      for (int j = 0; j < kBlocks; ++j) {
+      for (int h = 0; h < 2; ++h) {
         CUTE_UNROLL
         for (int c = 0; c < 2; ++c) {
           float& s = tSrS(c + 2 * h + 4 * j);
-          s = exp2_approx(fmaf(s, scale_log2, -bias));
-          sum += s;
+          s = exp2_approx(fmaf(s, scale_log2, -exp_offset[h]));
+          row_sum[h] += s;
         }
       }
-      row_sum[h] = fmaf(row_sum[h], o_rescale[h], sum);
     }
+  }
+
+  // Both phases with nothing between them.
+  template <class TensorS>
+  CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
+    update_max(tSrS, o_rescale);
+    exponentiate<0, kNumN8Blocks<TensorS>>(tSrS);
   }
 
   // Folds one block's sum of rounded P (the same for every thread of the row) like O: sum * rescale + tile.
