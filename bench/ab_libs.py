@@ -1,0 +1,94 @@
+"""A/B of several builds of libfp8attn.so in one run: the same benchmark, one process per library, the libraries
+alternated over rounds (so that clock and thermal drift falls on all of them alike).
+
+    python bench/ab_libs.py --lib base=.devrun/base/libfp8attn.so --lib new=build/libfp8attn.so \
+        --rounds 2 --out-dir $OUT/ab -- prefill --d 64 128 --seqlens 1024 16384
+    python bench/ab_libs.py --lib ... -- decode --shapes llama3.1-8b-tp1-1x1-4k
+
+Everything after `--` names the benchmark (prefill or decode) and its arguments; `--ours-only` and `--out-dir`
+are added. Each round's JSON lands in OUT_DIR/<lib>_<round>/; the table printed last has, per row, the median
+over rounds of each library's result and its change against the first library. A row's spread over rounds
+(max/min - 1, per library) is printed too: a change smaller than it is noise (docs/perf.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import bench_common as bc
+
+BENCH = {"prefill": ("bench_prefill.py", "prefill.json", "tflops", True),
+         "decode": ("bench_decode.py", "decode.json", "us", False)}  # script, output, metric, higher is better
+
+
+def row_key(kind: str, row: dict) -> str:
+    if kind == "prefill":
+        return f"d{row['d']} {'causal' if row['causal'] else 'full'} {row['seqlen']}"
+    return row["name"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lib", action="append", required=True, help="NAME=PATH of a libfp8attn.so (2 or more)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- prefill|decode [its arguments]")
+    args = parser.parse_args()
+    bench_args = args.bench[1:] if args.bench[:1] == ["--"] else args.bench
+    if not bench_args or bench_args[0] not in BENCH:
+        parser.error("name the benchmark after --: prefill or decode")
+    kind, extra = bench_args[0], bench_args[1:]
+    script, out_name, metric, higher_better = BENCH[kind]
+    libs = dict(spec.split("=", 1) for spec in args.lib)
+    if len(libs) < 2:
+        parser.error("give at least two --lib NAME=PATH")
+    for name, path in libs.items():
+        if not Path(path).is_file():
+            parser.error(f"--lib {name}: no file {path}")
+
+    here = Path(__file__).resolve().parent
+    results: dict[str, dict[str, list[float]]] = {name: {} for name in libs}
+    order: list[str] = []
+    for rnd in range(1, args.rounds + 1):
+        for name, path in libs.items():
+            out = args.out_dir / f"{name}_{rnd}"
+            print(f"=== round {rnd} lib {name} ({path})", flush=True)
+            env = dict(os.environ, FP8ATTN_LIB=str(Path(path).resolve()), PYTHONUNBUFFERED="1")
+            subprocess.run([sys.executable, str(here / script), *extra, "--ours-only", "--out-dir", str(out)],
+                           env=env, check=True)
+            for row in json.loads((out / out_name).read_text())["rows"]:
+                key = row_key(kind, row)
+                if key not in order:
+                    order.append(key)
+                results[name].setdefault(key, []).append(row[metric])
+
+    names = list(libs)
+    base = names[0]
+    headers = ["row", *(f"{n} {metric}" for n in names), *(f"{n} vs {base}" for n in names[1:]), "spread %"]
+    table = []
+    for key in order:
+        med = {n: statistics.median(results[n][key]) for n in names if key in results[n]}
+        changes = []
+        for n in names[1:]:
+            if n in med and base in med:
+                gain = med[n] / med[base] - 1 if higher_better else med[base] / med[n] - 1
+                changes.append(f"{100 * gain:+.1f}%")
+            else:
+                changes.append("-")
+        spread = max(max(v) / min(v) - 1 for v in (results[n][key] for n in names if key in results[n]))
+        table.append([key, *(med.get(n) for n in names), *changes, f"{100 * spread:.1f}"])
+    summary = {"kind": kind, "metric": metric, "libs": libs, "rounds": args.rounds, "bench_args": extra,
+               "results": results, "meta": bc.run_metadata()}
+    bc.write_json(args.out_dir / f"ab_{kind}.json", summary)
+    print(f"\nA/B {kind} ({metric}, median of {args.rounds} rounds; gain: + is faster)")
+    print(bc.format_table(headers, table))
+
+
+if __name__ == "__main__":
+    main()
