@@ -21,10 +21,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 import bench_common as bc
 
-BENCH = {"prefill": ("bench_prefill.py", "prefill.json", "tflops", True),
-         "decode": ("bench_decode.py", "decode.json", "us", False)}  # script, output, metric, higher is better
+# script, its JSON, the key of its rows there, the metric, whether higher is better
+BENCH = {"prefill": ("bench_prefill.py", "prefill.json", "rows", "tflops", True),
+         "decode": ("bench_decode.py", "decode.json", "shapes", "us", False)}
 
 
 def row_key(kind: str, row: dict) -> str:
@@ -44,7 +47,7 @@ def main() -> None:
     if not bench_args or bench_args[0] not in BENCH:
         parser.error("name the benchmark after --: prefill or decode")
     kind, extra = bench_args[0], bench_args[1:]
-    script, out_name, metric, higher_better = BENCH[kind]
+    script, out_name, rows_key, metric, higher_better = BENCH[kind]
     libs = dict(spec.split("=", 1) for spec in args.lib)
     if len(libs) < 2:
         parser.error("give at least two --lib NAME=PATH")
@@ -62,7 +65,7 @@ def main() -> None:
             env = dict(os.environ, FP8ATTN_LIB=str(Path(path).resolve()), PYTHONUNBUFFERED="1")
             subprocess.run([sys.executable, str(here / script), *extra, "--ours-only", "--out-dir", str(out)],
                            env=env, check=True)
-            for row in json.loads((out / out_name).read_text())["rows"]:
+            for row in json.loads((out / out_name).read_text())[rows_key]:
                 key = row_key(kind, row)
                 if key not in order:
                     order.append(key)
@@ -84,7 +87,7 @@ def main() -> None:
         spread = max(max(v) / min(v) - 1 for v in (results[n][key] for n in names if key in results[n]))
         table.append([key, *(med.get(n) for n in names), *changes, f"{100 * spread:.1f}"])
     summary = {"kind": kind, "metric": metric, "libs": libs, "rounds": args.rounds, "bench_args": extra,
-               "results": results, "meta": bc.run_metadata()}
+               "results": results, "gpu": torch.cuda.get_device_name()}
     bc.write_json(args.out_dir / f"ab_{kind}.json", summary)
     print(f"\nA/B {kind} ({metric}, median of {args.rounds} rounds; gain: + is faster)")
     print(bc.format_table(headers, table))
