@@ -11,9 +11,7 @@
 //
 // Intra-warpgroup overlap: block n's QK^T and block n+1's P V (blocks run from the last to the first)
 // are issued together; the softmax of block n then runs on the CUDA cores while the tensor cores finish
-// that P V. When the PV GEMM is chunked (dv > 128, two CTAs per SM, three MMA warpgroups), the chunks pass
-// through one tile accumulator one after the other: each later chunk is folded and the next one issued between
-// parts of block n's exponentials, so that no chunk's GEMM latency lies between two blocks.
+// that P V. Only the first dv chunk overlaps when the PV GEMM is chunked (dv > 128, or two CTAs per SM).
 //
 // P V after the softmax (Traits::kPvAfterSoftmax, 128-row tiles of 128 keys with dv > 128): O leaves no
 // registers for a tile accumulator beside a 128-key S, so each block runs QK^T, the softmax, then its P V in
@@ -50,12 +48,9 @@ struct MainloopMma {
   using TiledMmaPvSum = typename Traits::TiledMmaPvSum;
   static constexpr int kPvTileN = Traits::kPvTileN;
   // Where a separate P x ones runs (!Traits::kPvSumInPv, kernel_traits.cuh): in the single-level GEMM's batch
-  // (issue_pv_into_o), in the batch of the last dv chunk of chunked P V, or alone after the last part of P V after
-  // the softmax.
+  // (issue_pv_into_o), or after the last dv chunk of chunked P V, when the chunk accumulator's registers are
+  // free again.
   static constexpr bool kPvSumAfterChunks = !Traits::kPvSumInPv && Traits::kTwoLevel;
-  // Chunks of a block's P V after the first, each issued once the one before it is folded (pv_step below).
-  static constexpr int kPvSteps = Traits::kTwoLevel ? Traits::kNumPvChunks - 1 : 0;
-  static_assert(!kPvSumAfterChunks || kPvSteps > 0, "chunked P V issues P x ones with its last chunk");
 
   // The O accumulator of this thread: (MMA, MMA_M, DV / kPvChunk) fp32.
   using FragmentO = decltype(partition_fragment_C(TiledMmaPV{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
@@ -115,8 +110,8 @@ struct MainloopMma {
       }
     };
     auto fold = [&](int chunk, const float (&rescale)[2]) { fold_from(chunk, rescale, tOrOTile); };
-    // The mask of one block's scores (boundary blocks only).
-    auto mask_scores = [&](int n_block) {
+    // S -> P for one block: mask (boundary blocks only), online softmax, FP8 conversion into PV A order.
+    auto scores_to_p = [&](int n_block, float (&rescale)[2]) {
       if (mask.needs_mask(n_block)) {
         // Coordinates of tSrS, from the thread index read again: only boundary blocks need them, and held
         // through the loop they would take a register the MMA warpgroups do not have.
@@ -124,23 +119,7 @@ struct MainloopMma {
         Tensor tScS = tiled_mma_qk.get_thread_slice(thread).partition_C(cS);  // (MMA, MMA_M, MMA_N) -> (row, col)
         mask.apply(tSrS, tScS, n_block);
       }
-    };
-    // S -> P for one block: mask, online softmax.
-    auto scores_to_p = [&](int n_block, float (&rescale)[2]) {
-      mask_scores(n_block);
-      softmax.online(tSrS, rescale);
-    };
-    // The same, with pv_step(Int<i>) for i < kPvSteps run between kPvSteps + 1 equal parts of the exponentials.
-    auto scores_to_p_with_pv_steps = [&](int n_block, float (&rescale)[2], auto&& pv_step) {
-      mask_scores(n_block);
-      softmax.update_max(tSrS, rescale);
-      constexpr int kBlocks = decltype(size(tSrS))::value / 4;  // n8 blocks
-      constexpr int kParts = kPvSteps + 1;
-      for_each(make_int_sequence<kParts>{}, [&](auto part) {
-        constexpr int kPart = decltype(part)::value;
-        softmax.template exponentiate<kPart * kBlocks / kParts, (kPart + 1) * kBlocks / kParts>(tSrS);
-        if constexpr (kPart < kPvSteps) { pv_step(part); }
-      });
+      softmax.template online<Traits::kPvAfterSoftmax>(tSrS, rescale);
     };
     auto issue_qk = [&](int stage) {
       warpgroup_fence_operand(tSrS);
@@ -182,27 +161,17 @@ struct MainloopMma {
       warpgroup_commit_batch();
     };
     auto issue_pv = [&](int chunk, int stage) { issue_pv_gemm(tiled_mma_pv, vt_operand(chunk, stage), tOrOTile); };
-    // The last dv chunk of chunked P V with P x ones in the same batch (different accumulators: one wait for both).
-    auto issue_last_pv_with_sum = [&](int stage) {
-      warpgroup_fence_operand(tOrP);
-      warpgroup_fence_operand(tOrOTile);
-      warpgroup_arrive();
-      gemm_k_steps</*kZeroInit=*/true>(tiled_mma_pv, tOrP, vt_operand(Traits::kNumPvChunks - 1, stage), tOrOTile);
-      gemm_pv_sum();
-      warpgroup_commit_batch();
-    };
-    // Step i of chunked P V (i < kPvSteps): chunk i, issued before, completes and is folded; chunk i + 1 (the last
-    // one with P x ones) is issued.
-    auto pv_step = [&](auto step, int stage, const float (&rescale)[2]) {
-      constexpr int kChunk = decltype(step)::value;
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tOrOTile);
-      fold(kChunk, rescale);
-      if constexpr (kChunk + 2 == Traits::kNumPvChunks && kPvSumAfterChunks) {
-        issue_last_pv_with_sum(stage);
-      } else {
-        issue_pv(kChunk + 1, stage);
+    // The remaining dv chunks of a block's P V, one after the other through the one tile accumulator; then,
+    // for chunked P V, P x ones alone.
+    auto pv_remaining_chunks = [&](int stage, const float (&rescale)[2]) {
+      CUTE_UNROLL
+      for (int chunk = 1; chunk < Traits::kNumPvChunks; ++chunk) {
+        issue_pv(chunk, stage);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrOTile);
+        fold(chunk, rescale);
       }
+      if constexpr (kPvSumAfterChunks) { pv_sum_alone(); }
     };
     // Single-level accumulation (built only to measure what two-level accumulation buys, see
     // Traits::kTwoLevel): O is rescaled first and every chunk accumulates into it on the tensor cores.
@@ -232,12 +201,11 @@ struct MainloopMma {
         issue_pv_into_o(stage, rescale);
       }
     };
-    // After the last step and warpgroup_wait<0>: the last chunk and the row sums folded.
-    auto complete_pv_previous = [&](const float (&rescale)[2]) {
+    auto complete_pv_previous = [&](int stage, const float (&rescale)[2]) {
       if constexpr (Traits::kTwoLevel) {
         warpgroup_fence_operand(tOrOTile);
-        if constexpr (kPvSumAfterChunks) { warpgroup_fence_operand(tOrPvSum); }
-        fold(Traits::kNumPvChunks - 1, rescale);
+        fold(0, rescale);
+        pv_remaining_chunks(stage, rescale);
       } else {
         warpgroup_fence_operand(tOrO);
       }
@@ -309,21 +277,20 @@ struct MainloopMma {
         pipeline_k.consumer_release(k_state);
         ++k_state;
         float rescale[2];
-        scores_to_p_with_pv_steps(n_block, rescale, [&](auto step) { pv_step(step, vt_state.index(), rescale_prev); });
+        scores_to_p(n_block, rescale);
         warpgroup_wait<0>();  // P V done: its A registers (P) and tile accumulator are free
-        complete_pv_previous(rescale_prev);
+        complete_pv_previous(vt_state.index(), rescale_prev);
         pipeline_vt.consumer_release(vt_state);
         ++vt_state;
         scores_to_pv_operand(tSrS, tOrP);
         rescale_prev[0] = rescale[0];
         rescale_prev[1] = rescale[1];
       }
-      // P V of the last block, its steps back to back.
+      // P V of the last block.
       pipeline_vt.consumer_wait(vt_state);
       issue_pv_previous(vt_state.index(), rescale_prev);
-      for_each(make_int_sequence<kPvSteps>{}, [&](auto step) { pv_step(step, vt_state.index(), rescale_prev); });
       warpgroup_wait<0>();
-      complete_pv_previous(rescale_prev);
+      complete_pv_previous(vt_state.index(), rescale_prev);
       pipeline_vt.consumer_release(vt_state);
     }
   }

@@ -12,8 +12,6 @@
 // the sum of the same rounded weights, O is an exact weighted mean of V rows.
 #pragma once
 
-#include <utility>
-
 #include <cute/tensor.hpp>
 
 #include "sm90/utils.cuh"
@@ -40,67 +38,70 @@ struct OnlineSoftmax {
     }
   }
 
-  float exp_offset[2];  // this block's m * scale_log2 - 8, from update_max() for exponentiate()
-
-  // A block's scores become P in two phases, so that the caller can run work of its own (the previous block's
-  // remaining P V chunks, mainloop_mma.cuh) between parts of the second. tSrS flat index c + 2*h + 4*j.
-  template <class TensorS>
-  static constexpr int kNumN8Blocks = decltype(size(std::declval<TensorS>()))::value / 4;
-
-  // Phase 1: the new row maxima, and per row the factor the caller must apply to O for them. The maximum of a
-  // row's scores is taken as a tree (depth log2 of the n8 blocks, not their count) so that the exponentials can
-  // start early; both row halves are independent chains.
-  template <class TensorS>
-  CUTE_DEVICE void update_max(TensorS const& tSrS, float (&o_rescale)[2]) {
-    constexpr int kBlocks = kNumN8Blocks<TensorS>;
-    float block_max[2][kBlocks];
-    CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      CUTE_UNROLL
-      for (int j = 0; j < kBlocks; ++j) { block_max[h][j] = fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)); }
-      CUTE_UNROLL
-      for (int stride = 1; stride < kBlocks; stride *= 2) {
-        CUTE_UNROLL
-        for (int j = 0; j + stride < kBlocks; j += 2 * stride) {
-          block_max[h][j] = fmaxf(block_max[h][j], block_max[h][j + stride]);
-        }
-      }
-    }
-    CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max[h][0]));
+  // Turns scores into P in place (tSrS flat index c + 2*h + 4*j) and returns, per row, the factor the
+  // caller must apply to O for the new maximum. Two instruction orders, chosen per kernel by measurement
+  // (docs/perf.md run 35): kRowHalvesInterleaved = false takes row half 0's maximum and exponentials, then row
+  // half 1's; true takes both maxima first (each as a tree of FMNMX), then the exponentials of both halves
+  // interleaved. The second is 3-4% faster where the softmax is alone on the warpgroup's chain (P V after the
+  // softmax, d256) and 7-12% slower where the previous block's P V runs beside it (the overlapped loop, d128);
+  // the tree alone moves neither.
+  template <bool kRowHalvesInterleaved, class TensorS>
+  CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
+    constexpr int kBlocks = decltype(size(tSrS))::value / 4;  // n8 blocks
+    float exp_offset[2];  // m * scale_log2 - 8 per row half
+    // Row half h: the new maximum, the factor for O, and the offset of the exponentials.
+    auto update_max = [&](int h, float block_max) {
+      const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max));
       // A row with no visible key yet keeps -inf; use 0 as its reference so no -inf - -inf = NaN appears.
       const float max_ref = new_max == -INFINITY ? 0.f : new_max;
       o_rescale[h] = exp2_approx((row_max[h] - max_ref) * scale_log2);
       row_max[h] = new_max;
       exp_offset[h] = max_ref * scale_log2 - kFp8MaxOffset;
-      row_sum[h] *= o_rescale[h];
-    }
-  }
-
-  // Phase 2 for the n8 blocks [kBegin, kEnd): scores to P in place, added to the row sums.
-  template <int kBegin, int kEnd, class TensorS>
-  CUTE_DEVICE void exponentiate(TensorS& tSrS) {
-    static_assert(0 <= kBegin && kBegin <= kEnd && kEnd <= kNumN8Blocks<TensorS>, "a range of n8 blocks");
-    CUTE_UNROLL
-    for (int j = kBegin; j < kEnd; ++j) {
+    };
+    auto exponentiate = [&](int h, int j, float& sum) {  // the n8 block j of row half h; its P added to sum
+      CUTE_UNROLL
+      for (int c = 0; c < 2; ++c) {
+        float& s = tSrS(c + 2 * h + 4 * j);
+        s = exp2_approx(fmaf(s, scale_log2, -exp_offset[h]));
+        sum += s;
+      }
+    };
+    if constexpr (!kRowHalvesInterleaved) {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
+        float block_max = -INFINITY;
         CUTE_UNROLL
-        for (int c = 0; c < 2; ++c) {
-          float& s = tSrS(c + 2 * h + 4 * j);
-          s = exp2_approx(fmaf(s, scale_log2, -exp_offset[h]));
-          row_sum[h] += s;
+        for (int j = 0; j < kBlocks; ++j) {
+          block_max = fmaxf(block_max, fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)));
         }
+        update_max(h, block_max);
+        float sum = 0.f;
+        CUTE_UNROLL
+        for (int j = 0; j < kBlocks; ++j) { exponentiate(h, j, sum); }
+        row_sum[h] = fmaf(row_sum[h], o_rescale[h], sum);
+      }
+    } else {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        float block_max[kBlocks];
+        CUTE_UNROLL
+        for (int j = 0; j < kBlocks; ++j) { block_max[j] = fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)); }
+        CUTE_UNROLL
+        for (int stride = 1; stride < kBlocks; stride *= 2) {
+          CUTE_UNROLL
+          for (int j = 0; j + stride < kBlocks; j += 2 * stride) {
+            block_max[j] = fmaxf(block_max[j], block_max[j + stride]);
+          }
+        }
+        update_max(h, block_max[0]);
+        row_sum[h] *= o_rescale[h];
+      }
+      CUTE_UNROLL
+      for (int j = 0; j < kBlocks; ++j) {
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) { exponentiate(h, j, row_sum[h]); }
       }
     }
-  }
-
-  // Both phases with nothing between them.
-  template <class TensorS>
-  CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
-    update_max(tSrS, o_rescale);
-    exponentiate<0, kNumN8Blocks<TensorS>>(tSrS);
   }
 
   // Folds one block's sum of rounded P (the same for every thread of the row) like O: sum * rescale + tile.
