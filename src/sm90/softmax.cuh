@@ -49,6 +49,8 @@ struct OnlineSoftmax {
   CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
     constexpr int kBlocks = decltype(size(tSrS))::value / 4;  // n8 blocks
     float exp_offset[2];  // m * scale_log2 - 8 per row half
+    // The larger of the two scores of row half h in n8 block j.
+    auto pair_max = [&](int h, int j) { return fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)); };
     // Row half h: the new maximum, the factor for O, and the offset of the exponentials.
     auto update_max = [&](int h, float block_max) {
       const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max));
@@ -71,9 +73,7 @@ struct OnlineSoftmax {
       for (int h = 0; h < 2; ++h) {
         float block_max = -INFINITY;
         CUTE_UNROLL
-        for (int j = 0; j < kBlocks; ++j) {
-          block_max = fmaxf(block_max, fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)));
-        }
+        for (int j = 0; j < kBlocks; ++j) { block_max = fmaxf(block_max, pair_max(h, j)); }
         update_max(h, block_max);
         float sum = 0.f;
         CUTE_UNROLL
@@ -85,7 +85,7 @@ struct OnlineSoftmax {
       for (int h = 0; h < 2; ++h) {
         float block_max[kBlocks];
         CUTE_UNROLL
-        for (int j = 0; j < kBlocks; ++j) { block_max[j] = fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)); }
+        for (int j = 0; j < kBlocks; ++j) { block_max[j] = pair_max(h, j); }
         CUTE_UNROLL
         for (int stride = 1; stride < kBlocks; stride *= 2) {
           CUTE_UNROLL
