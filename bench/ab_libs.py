@@ -21,8 +21,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
 import bench_common as bc
 
 # script, its JSON, the key of its rows there, the metric, whether higher is better
@@ -57,6 +55,7 @@ def main() -> None:
 
     here = Path(__file__).resolve().parent
     results: dict[str, dict[str, list[float]]] = {name: {} for name in libs}
+    meta: dict[str, dict] = {}  # per library, as its own benchmark process recorded it (commit built from, GPU)
     order: list[str] = []
     for rnd in range(1, args.rounds + 1):
         for name, path in libs.items():
@@ -65,7 +64,9 @@ def main() -> None:
             env = dict(os.environ, FP8ATTN_LIB=str(Path(path).resolve()), PYTHONUNBUFFERED="1")
             subprocess.run([sys.executable, str(here / script), *extra, "--ours-only", "--out-dir", str(out)],
                            env=env, check=True)
-            for row in json.loads((out / out_name).read_text())[rows_key]:
+            payload = json.loads((out / out_name).read_text())
+            meta[name] = payload["meta"]
+            for row in payload[rows_key]:
                 key = row_key(kind, row)
                 if key not in order:
                     order.append(key)
@@ -87,7 +88,7 @@ def main() -> None:
         spread = max(max(v) / min(v) - 1 for v in (results[n][key] for n in names if key in results[n]))
         table.append([key, *(med.get(n) for n in names), *changes, f"{100 * spread:.1f}"])
     summary = {"kind": kind, "metric": metric, "libs": libs, "rounds": args.rounds, "bench_args": extra,
-               "results": results, "gpu": torch.cuda.get_device_name()}
+               "results": results, "meta": meta}
     bc.write_json(args.out_dir / f"ab_{kind}.json", summary)
     print(f"\nA/B {kind} ({metric}, median of {args.rounds} rounds; gain: + is faster)")
     print(bc.format_table(headers, table))
