@@ -71,6 +71,12 @@ struct KernelTraits {
                                  : kHeadDimV > 128 ? 64
                                  : (kCtasPerSm == 2 && kHeadDimV == 128) || kNumMmaWarpgroups == 3 ? 32 : kHeadDimV;
   static constexpr int kNumPvChunks = kHeadDimV / kPvChunk;
+  // The softmax's instruction order (OnlineSoftmax::online): both row maxima first, then both row halves'
+  // exponentials interleaved, where that measured faster — P V after the softmax (d256, +3-6%) and the 192-row
+  // d64 tile (three warpgroups at 160 registers, +3% at 16k). The overlapped 128-row loop (d128) needs row half
+  // 0's exponentials right after its own maximum (7-12% slower otherwise), the 64-row tiles lose 1-2%
+  // (docs/perf.md runs 35, 36).
+  static constexpr bool kSoftmaxRowHalvesInterleaved = kPvAfterSoftmax || kNumMmaWarpgroups == 3;
 
   // setmaxnreg split (per thread). The producer also transposes V, so it keeps more than a pure TMA warpgroup
   // would. The pool the split divides is what the CTA was launched with: the per-thread count ptxas gives

@@ -119,7 +119,7 @@ struct MainloopMma {
         Tensor tScS = tiled_mma_qk.get_thread_slice(thread).partition_C(cS);  // (MMA, MMA_M, MMA_N) -> (row, col)
         mask.apply(tSrS, tScS, n_block);
       }
-      softmax.template online<Traits::kPvAfterSoftmax>(tSrS, rescale);
+      softmax.template online<Traits::kSoftmaxRowHalvesInterleaved>(tSrS, rescale);
     };
     auto issue_qk = [&](int stage) {
       warpgroup_fence_operand(tSrS);

@@ -40,11 +40,9 @@ struct OnlineSoftmax {
 
   // Turns scores into P in place (tSrS flat index c + 2*h + 4*j) and returns, per row, the factor the
   // caller must apply to O for the new maximum. Two instruction orders, chosen per kernel by measurement
-  // (docs/perf.md run 35): kRowHalvesInterleaved = false takes row half 0's maximum and exponentials, then row
-  // half 1's; true takes both maxima first (each as a tree of FMNMX), then the exponentials of both halves
-  // interleaved. The second is 3-4% faster where the softmax is alone on the warpgroup's chain (P V after the
-  // softmax, d256) and 7-12% slower where the previous block's P V runs beside it (the overlapped loop, d128);
-  // the tree alone moves neither.
+  // (Traits::kSoftmaxRowHalvesInterleaved): kRowHalvesInterleaved = false takes row half 0's maximum and
+  // exponentials, then row half 1's; true takes both maxima first (each as a tree of FMNMX), then the
+  // exponentials of both halves interleaved. The instruction counts are equal; the order is ptxas's schedule.
   template <bool kRowHalvesInterleaved, class TensorS>
   CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
     constexpr int kBlocks = decltype(size(tSrS))::value / 4;  // n8 blocks
