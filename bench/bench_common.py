@@ -150,15 +150,12 @@ def time_graph(graph: torch.cuda.CUDAGraph, *, warmup: int = 3, iters: int = 50)
     return median_event_ms(graph.replay, warmup=warmup, iters=iters)
 
 
-def time_back_to_back(fn: Callable[[], Any], *, flush: Optional[L2Flush], warmup: int = 3, iters: int = 20,
-                      reps: int = 8) -> float:
-    """Median GPU milliseconds of one fn() call, timing GPU work only: ``reps`` calls are captured into one CUDA
-    graph and each replay (after an L2 flush, outside the events) is timed, so neither the host path of an eager
-    call nor the flush leaves the GPU idle inside the timed window. A callable that cannot be captured is timed
-    as ``reps`` eager calls back to back instead (host time may then show for short kernels)."""
+def back_to_back(fn: Callable[[], Any], reps: int = 8) -> Callable[[], Any]:
+    """A run of ``reps`` fn() calls back to back, as a replay of one CUDA graph, so that the host path of an
+    eager call does not leave the GPU idle inside a timed window. A callable that cannot be captured runs as
+    ``reps`` eager calls instead (host time may then show for short kernels)."""
     try:
-        graph = capture_graph(lambda: [fn() for _ in range(reps)])
-        run = graph.replay
+        return capture_graph(lambda: [fn() for _ in range(reps)]).replay
     except RuntimeError as err:
         print(f"  [timing] CUDA graph capture failed ({str(err).splitlines()[0][:80]}); timing eager calls")
         torch.cuda.synchronize()
@@ -166,7 +163,30 @@ def time_back_to_back(fn: Callable[[], Any], *, flush: Optional[L2Flush], warmup
         def run() -> None:
             for _ in range(reps):
                 fn()
-    return median_event_ms(run, flush=flush, warmup=warmup, iters=iters) / reps
+        return run
+
+
+def time_alternated(fns: dict[str, Callable[[], Any]], *, flush: Optional[L2Flush], rounds: int, warmup: int = 3,
+                    iters: int = 20, reps: int = 8, optional: Iterable[str] = ()) -> dict[str, list[float]]:
+    """GPU milliseconds of one call of each fn, per round: in even rounds the fns run in the given order, in odd
+    rounds reversed, so that none is always the one timed right after whatever ran before it (docs/perf.md
+    run 36: that position read slower on short rows). Each fn's runs are captured
+    once; an ``optional`` fn (a peer) whose capture raises is left out of the result with a message, any
+    other's error propagates (our own measurements must fail loudly)."""
+    runs: dict[str, Callable[[], Any]] = {}
+    for name, fn in fns.items():
+        if name in optional:
+            run = try_peer(name, lambda fn=fn: back_to_back(fn, reps))
+            if run is not None:
+                runs[name] = run
+        else:
+            runs[name] = back_to_back(fn, reps)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            times[name].append(median_event_ms(runs[name], flush=flush, warmup=warmup, iters=iters) / reps)
+    return times
 
 
 def importable(module: str) -> bool:

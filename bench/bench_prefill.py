@@ -3,8 +3,9 @@
 Shapes as in FlashAttention-3's benchmark: 16k tokens in total (batch = 16384 / seqlen), heads = 2048 / d
 (MHA), causal and not, seqlen 1k-16k, d 64/128/256. TFLOP/s = 4 * sq * sk * d * heads * batch / time,
 halved for causal. GPU time only: 8 calls captured in one CUDA graph, each replay timed with CUDA events after
-an L2 flush; the median per call is reported (bench_common.time_back_to_back). Every implementation is timed
-the same way in the same run.
+an L2 flush, the median per call taken; every implementation is timed so in each of --rounds rounds, the order
+of the implementations reversed in odd rounds, and the median over rounds is reported
+(bench_common.time_alternated). Every implementation is timed the same way in the same run.
 
     python bench/bench_prefill.py [--d 128] [--seqlens 4096 16384] [--iters 30]
 
@@ -14,6 +15,7 @@ Writes bench/results/prefill.json and bench/results/prefill.png, and prints a ta
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -96,26 +98,23 @@ def bench_one(d: int, causal: bool, seqlen: int, flush: bc.L2Flush, args: argpar
         fp8attn.flash_attn_func(q8, k8, v8, causal=causal, q_descale=descales[0], k_descale=descales[1],
                                 v_descale=descales[2], out=out)
 
-    ms = bc.time_back_to_back(ours, flush=flush, warmup=args.warmup, iters=args.iters)
-    row: dict[str, Any] = {"d": d, "causal": causal, "seqlen": seqlen, "batch": batch, "heads": heads,
-                           "ms": ms, "tflops": tflops(seqlen, d, heads, batch, causal, ms)}
-
+    fns: dict[str, Callable[[], Any]] = {"ours": ours}
     if not args.ours_only:
         qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (qb, kb, vb))  # SDPA wants [B, H, S, d]
-        sdpa = sdpa_bf16(qt, kt, vt, causal)
-        sdpa_ms = bc.time_back_to_back(sdpa, flush=flush, warmup=args.warmup, iters=args.iters)
-        row["sdpa_bf16_tflops"] = tflops(seqlen, d, heads, batch, causal, sdpa_ms)
-        del qt, kt, vt
-
+        fns["sdpa_bf16"] = sdpa_bf16(qt, kt, vt, causal)
     for name, build in peer_calls(q8, k8, v8, descales, qb, kb, vb, causal).items():
-        if name not in args.peers:
-            continue
-
-        def measure(build: Callable[[], Callable[[], Any]] = build) -> Optional[float]:
-            ms_peer = bc.time_back_to_back(build(), flush=flush, warmup=args.warmup, iters=args.iters)
-            return tflops(seqlen, d, heads, batch, causal, ms_peer)
-
-        row[f"{name}_tflops"] = bc.try_peer(name, measure)
+        if name in args.peers:
+            fns[name] = bc.try_peer(name, build)
+    optional = {name for name in fns if name != "ours"}
+    times = bc.time_alternated({name: fn for name, fn in fns.items() if fn is not None}, flush=flush,
+                               rounds=args.rounds, warmup=args.warmup, iters=args.iters, optional=optional)
+    ms = statistics.median(times["ours"])
+    row: dict[str, Any] = {"d": d, "causal": causal, "seqlen": seqlen, "batch": batch, "heads": heads,
+                           "ms": ms, "tflops": tflops(seqlen, d, heads, batch, causal, ms),
+                           "ms_rounds": times}
+    for name in optional:  # a peer that is absent or failed is recorded as None, never as a number
+        row[f"{name}_tflops"] = (tflops(seqlen, d, heads, batch, causal, statistics.median(times[name]))
+                                 if name in times else None)
     if row.get("fa3_fp8_tflops"):
         row["ratio_vs_fa3_fp8"] = row["tflops"] / row["fa3_fp8_tflops"]  # the same run, the same timing
     return row
@@ -154,6 +153,9 @@ def main() -> None:
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--iters", type=int, default=15, help="timed graph replays (8 calls each)")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds per row, every implementation once per round, the order reversed in odd rounds; "
+                             "the median over rounds is reported")
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
     parser.add_argument("--ours-only", action="store_true", help="time fp8attn alone (no peers, no SDPA): A/B runs")
     args = parser.parse_args()

@@ -68,6 +68,32 @@ def test_table_and_geomean() -> None:
     assert bench_common.geomean([2.0, 8.0]) == pytest.approx(4.0)
 
 
+def test_alternated_rounds_reverse_the_order_and_drop_only_a_failing_peer(monkeypatch: pytest.MonkeyPatch) -> None:
+    timed: list[str] = []
+
+    def fake_back_to_back(fn, reps):  # the fn's name stands for its captured run
+        fn()
+        return fn
+
+    def fake_median_event_ms(run, *, flush, warmup, iters):
+        timed.append(run.__name__)
+        return 8.0 * len(timed)  # the i-th timed run took i ms per call
+
+    def ours() -> None: ...
+    def sdpa() -> None: ...
+    def peer() -> None:
+        raise RuntimeError("peer cannot run this shape")
+
+    monkeypatch.setattr(bench_common, "back_to_back", fake_back_to_back)
+    monkeypatch.setattr(bench_common, "median_event_ms", fake_median_event_ms)
+    times = bench_common.time_alternated({"ours": ours, "sdpa": sdpa, "peer": peer}, flush=None, rounds=3,
+                                         optional={"sdpa", "peer"})
+    assert timed == ["ours", "sdpa", "sdpa", "ours", "ours", "sdpa"]
+    assert times == {"ours": [1.0, 4.0, 5.0], "sdpa": [2.0, 3.0, 6.0]}
+    with pytest.raises(RuntimeError, match="peer cannot run"):  # our own failure is never swallowed
+        bench_common.time_alternated({"peer": peer}, flush=None, rounds=1)
+
+
 def test_host_overhead_row_has_the_issue_schema() -> None:
     import bench_host
 
