@@ -2,7 +2,7 @@
 prefill call of bench_prefill.py's shapes. Not a benchmark: it times nothing.
 
     python bench/profile_one.py decode llama3.1-8b-tp1-32x1-2k [--flush-kind zero|read] [--calls 2]
-    python bench/profile_one.py prefill --d 256 --seqlen 16384 [--causal] [--calls 2]
+    python bench/profile_one.py prefill --d 256 --seqlen 16384 [--causal] [--calls 2] [--impl fa3_fp8]
 
 Each call is preceded by the flush (decode) so that a profiler that replays the whole application
 (ncu --replay-mode application --cache-control none) sees the L2 as the benchmark leaves it: after zero_()
@@ -31,6 +31,8 @@ def main() -> None:
     pre.add_argument("--d", type=int, default=128)
     pre.add_argument("--seqlen", type=int, default=16384)
     pre.add_argument("--causal", action="store_true")
+    pre.add_argument("--impl", choices=["ours", "fa3_fp8"], default="ours",
+                     help="fa3_fp8: FA3's FP8 forward on the same inputs (flash_attn_interface must import)")
     for p in (dec, pre):
         p.add_argument("--calls", type=int, default=2, help="calls in a row (the first warms the library up)")
     args = parser.parse_args()
@@ -50,8 +52,19 @@ def main() -> None:
         batch, heads = 16384 // args.seqlen, 2048 // args.d
         shape = (batch, args.seqlen, heads, args.d)
         (q, qs), (k, ks), (v, vs) = (fp8attn.quantize_e4m3(torch.randn(shape, device=device)) for _ in range(3))
+        if args.impl == "ours":
+            def call() -> None:
+                fp8attn.flash_attn_func(q, k, v, causal=args.causal, q_descale=qs, k_descale=ks, v_descale=vs)
+        else:
+            import flash_attn_interface as fa3
+
+            descales = tuple(s.expand(batch, heads).contiguous() for s in (qs, ks, vs))  # FA3: dense (B, Hkv)
+
+            def call() -> None:
+                fa3.flash_attn_func(q, k, v, causal=args.causal, q_descale=descales[0], k_descale=descales[1],
+                                    v_descale=descales[2])
         for _ in range(args.calls):
-            fp8attn.flash_attn_func(q, k, v, causal=args.causal, q_descale=qs, k_descale=ks, v_descale=vs)
+            call()
     torch.cuda.synchronize()
     print("ok")
 
