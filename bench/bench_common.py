@@ -166,13 +166,15 @@ def back_to_back(fn: Callable[[], Any], reps: int = 8) -> Callable[[], Any]:
         return run
 
 
-def time_alternated(fns: dict[str, Callable[[], Any]], *, flush: Optional[L2Flush], rounds: int, warmup: int = 3,
-                    iters: int = 20, reps: int = 8, optional: Iterable[str] = ()) -> dict[str, list[float]]:
-    """GPU milliseconds of one call of each fn, per round: in even rounds the fns run in the given order, in odd
-    rounds reversed, so that none is always the one timed right after whatever ran before it (docs/perf.md
-    run 36: that position read slower on short rows). Each fn's runs are captured
-    once; an ``optional`` fn (a peer) whose capture raises is left out of the result with a message, any
-    other's error propagates (our own measurements must fail loudly)."""
+def time_interleaved(fns: dict[str, Callable[[], Any]], *, flush: Optional[L2Flush], warmup: int = 3,
+                     iters: int = 20, reps: int = 8, optional: Iterable[str] = ()) -> dict[str, list[float]]:
+    """GPU milliseconds of one call of each fn, per timed replay: each fn's ``reps`` calls are captured once
+    (back_to_back); then, ``iters`` times, every fn's run is timed once after an L2 flush, the order rotated by
+    one place each time. The card's clocks are not locked and follow its power draw within tens of ms: a short
+    row timed right after the GPU was idle reads up to 15% faster than the same row a few runs later
+    (docs/perf.md run 36), so implementations timed one after the other would each see a different clock; run
+    by run, interleaved, they see the same. An ``optional`` fn (a peer) whose capture raises is left out of the
+    result with a message; any other's error propagates (our own measurements must fail loudly)."""
     runs: dict[str, Callable[[], Any]] = {}
     for name, fn in fns.items():
         if name in optional:
@@ -181,12 +183,22 @@ def time_alternated(fns: dict[str, Callable[[], Any]], *, flush: Optional[L2Flus
                 runs[name] = run
         else:
             runs[name] = back_to_back(fn, reps)
-    times: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            times[name].append(median_event_ms(runs[name], flush=flush, warmup=warmup, iters=iters) / reps)
-    return times
+    for _ in range(warmup):
+        for name in names:
+            runs[name]()
+    events = {name: [] for name in names}
+    for i in range(iters):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if flush is not None:
+                flush()
+            start.record()
+            runs[name]()
+            end.record()
+            events[name].append((start, end))
+    torch.cuda.synchronize()
+    return {name: [s.elapsed_time(e) / reps for s, e in pairs] for name, pairs in events.items()}
 
 
 def importable(module: str) -> bool:

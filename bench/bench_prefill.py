@@ -3,9 +3,9 @@
 Shapes as in FlashAttention-3's benchmark: 16k tokens in total (batch = 16384 / seqlen), heads = 2048 / d
 (MHA), causal and not, seqlen 1k-16k, d 64/128/256. TFLOP/s = 4 * sq * sk * d * heads * batch / time,
 halved for causal. GPU time only: 8 calls captured in one CUDA graph, each replay timed with CUDA events after
-an L2 flush, the median per call taken; every implementation is timed so in each of --rounds rounds, the order
-of the implementations reversed in odd rounds, and the median over rounds is reported
-(bench_common.time_alternated). Every implementation is timed the same way in the same run.
+an L2 flush, the median per call reported; the implementations' replays interleaved, the order rotated each
+time, so that all of them run at the same (unlocked, power-driven) clocks (bench_common.time_interleaved).
+Every implementation is timed the same way in the same run.
 
     python bench/bench_prefill.py [--d 128] [--seqlens 4096 16384] [--iters 30]
 
@@ -29,6 +29,12 @@ TOTAL_TOKENS = 16384
 # Optional peers and the module each needs.
 PEER_MODULES = {"fa3_fp8": "flash_attn_interface", "fa3_bf16": "flash_attn_interface",
                 "fa4_bf16": "flash_attn.cute", "flashinfer_bf16": "flashinfer"}
+
+
+def spread(times: list[float]) -> float:
+    """(p90 - p10) / median of one implementation's timed replays: how much the clock moved under it."""
+    deciles = statistics.quantiles(times, n=10)
+    return (deciles[-1] - deciles[0]) / statistics.median(times)
 
 
 def tflops(seqlen: int, d: int, heads: int, batch: int, causal: bool, ms: float) -> float:
@@ -106,12 +112,12 @@ def bench_one(d: int, causal: bool, seqlen: int, flush: bc.L2Flush, args: argpar
         if name in args.peers:
             fns[name] = bc.try_peer(name, build)
     optional = {name for name in fns if name != "ours"}
-    times = bc.time_alternated({name: fn for name, fn in fns.items() if fn is not None}, flush=flush,
-                               rounds=args.rounds, warmup=args.warmup, iters=args.iters, optional=optional)
+    times = bc.time_interleaved({name: fn for name, fn in fns.items() if fn is not None}, flush=flush,
+                                warmup=args.warmup, iters=args.iters, optional=optional)
     ms = statistics.median(times["ours"])
     row: dict[str, Any] = {"d": d, "causal": causal, "seqlen": seqlen, "batch": batch, "heads": heads,
                            "ms": ms, "tflops": tflops(seqlen, d, heads, batch, causal, ms),
-                           "ms_rounds": times}
+                           "ms_spread": {name: spread(t) for name, t in times.items()}}
     for name in optional:  # a peer that is absent or failed is recorded as None, never as a number
         row[f"{name}_tflops"] = (tflops(seqlen, d, heads, batch, causal, statistics.median(times[name]))
                                  if name in times else None)
@@ -151,11 +157,9 @@ def main() -> None:
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
-    parser.add_argument("--iters", type=int, default=15, help="timed graph replays (8 calls each)")
+    parser.add_argument("--iters", type=int, default=30,
+                        help="timed graph replays (8 calls each) per implementation, interleaved with the others'")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="rounds per row, every implementation once per round, the order reversed in odd rounds; "
-                             "the median over rounds is reported")
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
     parser.add_argument("--ours-only", action="store_true", help="time fp8attn alone (no peers, no SDPA): A/B runs")
     args = parser.parse_args()

@@ -68,16 +68,19 @@ def test_table_and_geomean() -> None:
     assert bench_common.geomean([2.0, 8.0]) == pytest.approx(4.0)
 
 
-def test_alternated_rounds_reverse_the_order_and_drop_only_a_failing_peer(monkeypatch: pytest.MonkeyPatch) -> None:
-    timed: list[str] = []
+def test_interleaved_timing_rotates_the_order_and_drops_only_a_failing_peer(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
 
-    def fake_back_to_back(fn, reps):  # the fn's name stands for its captured run
+    def fake_back_to_back(fn, reps):  # the fn itself stands for its captured run; its name is logged
         fn()
-        return fn
+        return lambda: ran.append(fn.__name__)
 
-    def fake_median_event_ms(run, *, flush, warmup, iters):
-        timed.append(run.__name__)
-        return 8.0 * len(timed)  # the i-th timed run took i ms per call
+    class FakeEvent:  # elapsed time = how many runs happened between the two records
+        def __init__(self, enable_timing: bool) -> None: ...
+        def record(self) -> None:
+            self.at = len(ran)
+        def elapsed_time(self, end: "FakeEvent") -> float:
+            return 8.0 * (end.at - self.at)
 
     def ours() -> None: ...
     def sdpa() -> None: ...
@@ -85,13 +88,19 @@ def test_alternated_rounds_reverse_the_order_and_drop_only_a_failing_peer(monkey
         raise RuntimeError("peer cannot run this shape")
 
     monkeypatch.setattr(bench_common, "back_to_back", fake_back_to_back)
-    monkeypatch.setattr(bench_common, "median_event_ms", fake_median_event_ms)
-    times = bench_common.time_alternated({"ours": ours, "sdpa": sdpa, "peer": peer}, flush=None, rounds=3,
-                                         optional={"sdpa", "peer"})
-    assert timed == ["ours", "sdpa", "sdpa", "ours", "ours", "sdpa"]
-    assert times == {"ours": [1.0, 4.0, 5.0], "sdpa": [2.0, 3.0, 6.0]}
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    times = bench_common.time_interleaved({"ours": ours, "sdpa": sdpa, "peer": peer}, flush=None, warmup=1,
+                                          iters=3, optional={"sdpa", "peer"})
+    assert ran == ["ours", "sdpa", "ours", "sdpa", "sdpa", "ours", "ours", "sdpa"]  # warm-up, then rotated
+    assert times == {"ours": [1.0, 1.0, 1.0], "sdpa": [1.0, 1.0, 1.0]}  # one run of 8 calls per event pair
     with pytest.raises(RuntimeError, match="peer cannot run"):  # our own failure is never swallowed
-        bench_common.time_alternated({"peer": peer}, flush=None, rounds=1)
+        bench_common.time_interleaved({"peer": peer}, flush=None, iters=1)
+
+
+def test_spread_is_the_p10_p90_range_over_the_median() -> None:
+    assert bench_prefill.spread([1.0] * 10) == 0.0
+    assert bench_prefill.spread([float(x) for x in range(1, 12)]) == pytest.approx((10.8 - 1.2) / 6.0)
 
 
 def test_host_overhead_row_has_the_issue_schema() -> None:
