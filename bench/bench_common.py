@@ -13,6 +13,7 @@ import math
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -166,15 +167,25 @@ def back_to_back(fn: Callable[[], Any], reps: int = 8) -> Callable[[], Any]:
         return run
 
 
-def time_interleaved(fns: dict[str, Callable[[], Any]], *, flush: Optional[L2Flush], warmup: int = 3,
-                     iters: int = 20, reps: int = 8, optional: Iterable[str] = ()) -> dict[str, list[float]]:
-    """GPU milliseconds of one call of each fn, per timed replay: each fn's ``reps`` calls are captured once
-    (back_to_back); then, ``iters`` times, every fn's run is timed once after an L2 flush, the order rotated by
-    one place each time. The card's clocks are not locked and follow its power draw within tens of ms: a short
-    row timed right after the GPU was idle reads up to 15% faster than the same row a few runs later
-    (docs/perf.md run 36), so implementations timed one after the other would each see a different clock; run
-    by run, interleaved, they see the same. An ``optional`` fn (a peer) whose capture raises is left out of the
-    result with a message; any other's error propagates (our own measurements must fail loudly)."""
+TIMING_MODES = ("interleaved", "consecutive")
+
+
+def time_implementations(fns: dict[str, Callable[[], Any]], *, flush: Optional[L2Flush], mode: str = "interleaved",
+                         warmup: int = 3, iters: int = 20, reps: int = 8, settle_s: float = 0.3,
+                         optional: Iterable[str] = (), trace: bool = False) -> dict[str, list[float]]:
+    """GPU milliseconds of one call of each fn, per timed run of its ``reps`` calls (captured once by
+    back_to_back), each run after an L2 flush.
+
+    The card's clocks are not locked: under load they follow the power draw of the last tens of ms, so the
+    clock a kernel is timed at depends on what ran just before it (docs/perf.md run 36). ``interleaved``: after
+    ``warmup`` runs of each, ``iters`` rounds time every fn once, the order rotated by one place per round, so
+    that all of them are timed at the same clocks. ``consecutive``: each fn in turn runs untimed for
+    ``settle_s`` seconds and then ``iters`` times timed, at the clock its own power draw settles to, as a
+    benchmark of it alone would see. ``trace`` prints each timed window's wall-clock start and end (to match a
+    clock log). An ``optional`` fn (a peer) whose capture raises is left out of the result with a message;
+    any other's error propagates (our own measurements must fail loudly)."""
+    if mode not in TIMING_MODES:
+        raise ValueError(f"timing mode: expected one of {TIMING_MODES}, got {mode!r}")
     runs: dict[str, Callable[[], Any]] = {}
     for name, fn in fns.items():
         if name in optional:
@@ -184,20 +195,42 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], *, flush: Optional[L2Flu
         else:
             runs[name] = back_to_back(fn, reps)
     names = list(runs)
-    for _ in range(warmup):
+    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {name: [] for name in names}
+
+    def timed(name: str) -> None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if flush is not None:
+            flush()
+        start.record()
+        runs[name]()
+        end.record()
+        events[name].append((start, end))
+
+    def window(label: str, body: Callable[[], None]) -> None:
+        began = time.time()
+        body()
+        torch.cuda.synchronize()
+        if trace:
+            print(f"  [window] {label} {began:.3f} {time.time():.3f}")
+
+    if mode == "interleaved":
+        for _ in range(warmup):
+            for name in names:
+                runs[name]()
+        window("+".join(names), lambda: [timed(name) for i in range(iters)
+                                         for name in names[i % len(names):] + names[:i % len(names)]])
+    else:
         for name in names:
-            runs[name]()
-    events = {name: [] for name in names}
-    for i in range(iters):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            if flush is not None:
-                flush()
-            start.record()
-            runs[name]()
-            end.record()
-            events[name].append((start, end))
-    torch.cuda.synchronize()
+            settle_until = time.time() + settle_s
+            while True:  # at least ``warmup`` runs, as in the interleaved mode
+                for _ in range(warmup):
+                    if flush is not None:
+                        flush()
+                    runs[name]()
+                torch.cuda.synchronize()
+                if time.time() >= settle_until:
+                    break
+            window(name, lambda name=name: [timed(name) for _ in range(iters)])
     return {name: [s.elapsed_time(e) / reps for s, e in pairs] for name, pairs in events.items()}
 
 

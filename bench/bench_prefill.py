@@ -3,9 +3,10 @@
 Shapes as in FlashAttention-3's benchmark: 16k tokens in total (batch = 16384 / seqlen), heads = 2048 / d
 (MHA), causal and not, seqlen 1k-16k, d 64/128/256. TFLOP/s = 4 * sq * sk * d * heads * batch / time,
 halved for causal. GPU time only: 8 calls captured in one CUDA graph, each replay timed with CUDA events after
-an L2 flush, the median per call reported; the implementations' replays interleaved, the order rotated each
-time, so that all of them run at the same (unlocked, power-driven) clocks (bench_common.time_interleaved).
-Every implementation is timed the same way in the same run.
+an L2 flush, the median per call reported. The card's clocks are not locked and follow its power draw, so by
+default the implementations' runs are interleaved (the order rotated each round) and all are timed at the same
+clocks; --timing consecutive times each alone after it has settled (bench_common.time_implementations).
+Every implementation is timed the same way in the same run, and the JSON records the mode.
 
     python bench/bench_prefill.py [--d 128] [--seqlens 4096 16384] [--iters 30]
 
@@ -112,8 +113,9 @@ def bench_one(d: int, causal: bool, seqlen: int, flush: bc.L2Flush, args: argpar
         if name in args.peers:
             fns[name] = bc.try_peer(name, build)
     optional = {name for name in fns if name != "ours"}
-    times = bc.time_interleaved({name: fn for name, fn in fns.items() if fn is not None}, flush=flush,
-                                warmup=args.warmup, iters=args.iters, optional=optional)
+    times = bc.time_implementations({name: fn for name, fn in fns.items() if fn is not None}, flush=flush,
+                                    mode=args.timing, warmup=args.warmup, iters=args.iters, optional=optional,
+                                    trace=args.trace_windows)
     ms = statistics.median(times["ours"])
     row: dict[str, Any] = {"d": d, "causal": causal, "seqlen": seqlen, "batch": batch, "heads": heads,
                            "ms": ms, "tflops": tflops(seqlen, d, heads, batch, causal, ms),
@@ -160,6 +162,10 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=30,
                         help="timed graph replays (8 calls each) per implementation, interleaved with the others'")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--timing", choices=bc.TIMING_MODES, default="interleaved",
+                        help="interleaved: the implementations' runs alternate, all at the same clocks; consecutive: "
+                             "each settles and is timed alone, at its own clocks (bench_common.time_implementations)")
+    parser.add_argument("--trace-windows", action="store_true", help="print each timed window's wall-clock span")
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
     parser.add_argument("--ours-only", action="store_true", help="time fp8attn alone (no peers, no SDPA): A/B runs")
     args = parser.parse_args()
@@ -182,7 +188,8 @@ def main() -> None:
 
     meta = bc.run_metadata()
     bc.write_json(args.out_dir / "prefill.json", {"rows": rows, "commit": meta["commit"], "gpu": meta["gpu"],
-                                                  "date": meta["date"], "meta": meta, "flush_bytes": flush.nbytes})
+                                                  "date": meta["date"], "meta": meta, "flush_bytes": flush.nbytes,
+                                                  "timing": args.timing, "iters": args.iters})
     plot(rows, args.out_dir / "prefill.png")
     peer_keys = sorted({k for r in rows for k in r if k.endswith("_tflops")} - {"tflops", "sdpa_bf16_tflops"})
     headers = ["d", "causal", "seqlen", "batch", "heads", "ms", "TFLOP/s", "sdpa bf16", *(k[:-7] for k in peer_keys),

@@ -68,7 +68,7 @@ def test_table_and_geomean() -> None:
     assert bench_common.geomean([2.0, 8.0]) == pytest.approx(4.0)
 
 
-def test_interleaved_timing_rotates_the_order_and_drops_only_a_failing_peer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_timing_modes_order_the_runs_and_drop_only_a_failing_peer(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[str] = []
 
     def fake_back_to_back(fn, reps):  # the fn itself stands for its captured run; its name is logged
@@ -90,12 +90,20 @@ def test_interleaved_timing_rotates_the_order_and_drops_only_a_failing_peer(monk
     monkeypatch.setattr(bench_common, "back_to_back", fake_back_to_back)
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    times = bench_common.time_interleaved({"ours": ours, "sdpa": sdpa, "peer": peer}, flush=None, warmup=1,
-                                          iters=3, optional={"sdpa", "peer"})
+    times = bench_common.time_implementations({"ours": ours, "sdpa": sdpa, "peer": peer}, flush=None, warmup=1,
+                                              iters=3, optional={"sdpa", "peer"})
     assert ran == ["ours", "sdpa", "ours", "sdpa", "sdpa", "ours", "ours", "sdpa"]  # warm-up, then rotated
     assert times == {"ours": [1.0, 1.0, 1.0], "sdpa": [1.0, 1.0, 1.0]}  # one run of 8 calls per event pair
     with pytest.raises(RuntimeError, match="peer cannot run"):  # our own failure is never swallowed
-        bench_common.time_interleaved({"peer": peer}, flush=None, iters=1)
+        bench_common.time_implementations({"peer": peer}, flush=None, iters=1)
+
+    ran.clear()
+    times = bench_common.time_implementations({"ours": ours, "sdpa": sdpa}, flush=None, mode="consecutive",
+                                              warmup=1, iters=2, settle_s=0.0)
+    assert ran == ["ours", "ours", "ours", "sdpa", "sdpa", "sdpa"]  # each settles (one run here), then is timed
+    assert times == {"ours": [1.0, 1.0], "sdpa": [1.0, 1.0]}
+    with pytest.raises(ValueError, match="timing mode"):
+        bench_common.time_implementations({"ours": ours}, flush=None, mode="random")
 
 
 def test_spread_is_the_p10_p90_range_over_the_median() -> None:
