@@ -2,8 +2,8 @@
 //
 // Times the same call through the two-level kernel select_config() picks and through the single-level
 // kernel src/kernels.list declares for this comparison (d128, block 128 x 128): CUDA events around each
-// launch, 5 warm-up launches, median of 30, a 64 MB L2 flush before each timed launch. Random E4M3 inputs
-// (never zeros). Prints a table and, with FP8ATTN_RESULTS_DIR set, writes two_level_cost.json there.
+// launch, the two kernels' launches alternated, 10 warm-up iterations, median of 60 per kernel, a 64 MB L2
+// flush before each timed launch. Random E4M3 inputs (never zeros). Prints a table and, with FP8ATTN_RESULTS_DIR set, writes two_level_cost.json there.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -103,26 +103,30 @@ int main() {
       return 1;
     }
     fp8attn::KernelConfig config = fp8attn::select_config(fp8attn::describe_problem(p, info));
-    double ms[2] = {0, 0};
-    for (int variant = 0; variant < 2; ++variant) {
-      config.key.two_level = variant == 0;
-      std::vector<float> times;
-      for (int it = 0; it < 35; ++it) {
+    // The two kernels' launches alternate (the order swapped every iteration), so that both are timed at the
+    // same clocks: the card's clocks are not locked and follow its recent power draw (docs/perf.md run 36).
+    fp8attn::KernelConfig configs[2] = {config, config};
+    configs[0].key.two_level = true;
+    configs[1].key.two_level = false;
+    std::vector<float> times[2];
+    for (int it = 0; it < 70; ++it) {
+      for (int slot = 0; slot < 2; ++slot) {
+        const int variant = slot ^ (it & 1);
         CHECK_CUDA(cudaMemsetAsync(flush, it, kFlushBytes));
         CHECK_CUDA(cudaEventRecord(start));
-        const fp8attn::Status s = fp8attn::launch_with_config(p, config, nullptr);
+        const fp8attn::Status s = fp8attn::launch_with_config(p, configs[variant], nullptr);
         CHECK_CUDA(cudaEventRecord(stop));
         if (!s.ok()) {
-          std::printf("%s: %s\n", config.key.to_string().c_str(), s.message().c_str());
+          std::printf("%s: %s\n", configs[variant].key.to_string().c_str(), s.message().c_str());
           return 1;
         }
         CHECK_CUDA(cudaEventSynchronize(stop));
         float t = 0;
         CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
-        if (it >= 5) times.push_back(t);
+        if (it >= 10) times[variant].push_back(t);
       }
-      ms[variant] = median(times);
     }
+    const double ms[2] = {median(times[0]), median(times[1])};
     rows.push_back({causal, ms[0], ms[1]});
   }
 
