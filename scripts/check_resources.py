@@ -10,13 +10,14 @@ and exits 1, listing the offenders, if any has STACK != 0 or LOCAL != 0 (ptxas r
 as stack-frame bytes). It also exits 1 when it finds no function at all: a check that cannot fail is no
 check. On success it prints "checked N kernels: 0 spills, 0 stack frames" and a table (kernel, REG, SHARED).
 
-cuobjdump is looked up in this order: --cuobjdump PATH (when it exists), $FP8ATTN_CUOBJDUMP, `cuobjdump` on
-PATH, $CUDA_HOME/bin, an installed nvidia-cuda-cuobjdump wheel (nvidia/cu13/bin), the project's .deps/.
-If none is found, the pinned wheel is installed into .deps/ with pip (as cmake/cutlass.cmake does for the
-CUTLASS headers), unless --no-install is given. `--find-cuobjdump` only prints the path it would use.
+cuobjdump is looked up in this order (find_cuda_tool): --cuobjdump PATH (when it exists), $FP8ATTN_CUOBJDUMP,
+`cuobjdump` on PATH, $CUDA_HOME/bin, an installed nvidia-cuda-cuobjdump wheel (nvidia/cu13/bin), the project's
+.deps/. If none is found, the pinned wheel is installed into .deps/ with pip (as cmake/cutlass.cmake does for the
+CUTLASS headers), unless --no-install is given. `--find cuobjdump` (or `--find nvdisasm`, which
+check_sass.py needs) only prints the path it would use.
 
 Usage: check_resources.py [--cuobjdump PATH] [--filter REGEX] [--no-install] LIB [LIB...]
-       check_resources.py --find-cuobjdump
+       check_resources.py --find cuobjdump|nvdisasm [--no-install]
 """
 from __future__ import annotations
 
@@ -28,10 +29,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-CUOBJDUMP_WHEEL = "nvidia-cuda-cuobjdump"
-CUOBJDUMP_VERSION = "13.2.51"  # the oldest CUDA 13 cuobjdump on PyPI; reads cubins of nvcc 13.0 and later
+# CUDA binary tools as pinned pip wheels: the oldest CUDA 13 releases on PyPI; they read cubins of nvcc 13.0 and later.
+TOOL_WHEELS = {"cuobjdump": ("nvidia-cuda-cuobjdump", "13.2.51"), "nvdisasm": ("nvidia-cuda-nvdisasm", "13.2.51")}
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEPS_DIR = REPO_ROOT / ".deps" / f"cuobjdump-{CUOBJDUMP_VERSION}"
 
 _FUNC_RE = re.compile(r"^\s*Function\s+(\S+?):\s*(.*)$")
 _FIELD_RE = re.compile(r"([A-Z_]+(?:\[\d+\])?):(\d+)")
@@ -46,33 +46,37 @@ def _executable(p: Path | str | None) -> str | None:
     return None
 
 
-def find_cuobjdump(hint: str | None, allow_install: bool) -> str:
-    candidates: list[Path | str | None] = [hint, os.environ.get("FP8ATTN_CUOBJDUMP"), shutil.which("cuobjdump")]
+def find_cuda_tool(tool: str, hint: str | None, allow_install: bool) -> str:
+    """Path of a CUDA binary tool (cuobjdump, nvdisasm): hint, $FP8ATTN_<TOOL>, PATH, $CUDA_HOME/bin,
+    /usr/local/cuda/bin, an installed wheel, the project's .deps/; else its pinned wheel pip-installed into
+    .deps/<tool>-<version> (unless allow_install is false)."""
+    wheel, version = TOOL_WHEELS[tool]
+    deps_bin = REPO_ROOT / ".deps" / f"{tool}-{version}" / "nvidia" / "cu13" / "bin" / tool
+    candidates: list[Path | str | None] = [hint, os.environ.get(f"FP8ATTN_{tool.upper()}"), shutil.which(tool)]
     for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
         if os.environ.get(var):
-            candidates.append(Path(os.environ[var]) / "bin" / "cuobjdump")
-    candidates.append("/usr/local/cuda/bin/cuobjdump")
+            candidates.append(Path(os.environ[var]) / "bin" / tool)
+    candidates.append(f"/usr/local/cuda/bin/{tool}")
     for entry in sys.path:
         if entry:
-            candidates.append(Path(entry) / "nvidia" / "cu13" / "bin" / "cuobjdump")
-    candidates.append(DEPS_DIR / "nvidia" / "cu13" / "bin" / "cuobjdump")
+            candidates.append(Path(entry) / "nvidia" / "cu13" / "bin" / tool)
+    candidates.append(deps_bin)
     for c in candidates:
         found = _executable(c)
         if found:
             return found
+    target = deps_bin.parents[3]
     if not allow_install:
-        sys.exit("check_resources: cuobjdump not found (not at --cuobjdump, $FP8ATTN_CUOBJDUMP, PATH, CUDA_HOME "
-                 f"or {DEPS_DIR}); install it with: python3 -m pip install {CUOBJDUMP_WHEEL}=={CUOBJDUMP_VERSION}")
-    print(f"check_resources: cuobjdump not found; installing {CUOBJDUMP_WHEEL}=={CUOBJDUMP_VERSION} into {DEPS_DIR}",
-          file=sys.stderr)
+        sys.exit(f"{tool} not found (not given, not in $FP8ATTN_{tool.upper()}, PATH, CUDA_HOME or {target}); "
+                 f"install it with: python3 -m pip install {wheel}=={version}")
+    print(f"{tool} not found; installing {wheel}=={version} into {target}", file=sys.stderr)
     rc = subprocess.call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-                          "--disable-pip-version-check", "--target", str(DEPS_DIR),
-                          f"{CUOBJDUMP_WHEEL}=={CUOBJDUMP_VERSION}"],
+                          "--disable-pip-version-check", "--target", str(target), f"{wheel}=={version}"],
                          env={**os.environ, "PIP_ROOT_USER_ACTION": "ignore"})
-    found = _executable(DEPS_DIR / "nvidia" / "cu13" / "bin" / "cuobjdump")
+    found = _executable(deps_bin)
     if rc != 0 or not found:
-        sys.exit(f"check_resources: could not install {CUOBJDUMP_WHEEL}=={CUOBJDUMP_VERSION} (pip exit {rc}); "
-                 "put a CUDA toolkit's cuobjdump on PATH or set FP8ATTN_CUOBJDUMP")
+        sys.exit(f"could not install {wheel}=={version} (pip exit {rc}); put a CUDA toolkit's {tool} on PATH or "
+                 f"set FP8ATTN_{tool.upper()}")
     return found
 
 
@@ -163,14 +167,15 @@ def main() -> int:
     ap.add_argument("--filter", default=None,
                     help="only check functions whose mangled or demangled name matches this regex")
     ap.add_argument("--no-install", action="store_true", help="never pip-install cuobjdump")
-    ap.add_argument("--find-cuobjdump", action="store_true", help="print the cuobjdump to use and exit")
+    ap.add_argument("--find", choices=sorted(TOOL_WHEELS), help="print the path of this tool (found or installed) and exit")
     ap.add_argument("--width", type=int, default=110, help="kernel column width of the table")
     args = ap.parse_args()
 
-    cuobjdump = find_cuobjdump(args.cuobjdump, allow_install=not args.no_install)
-    if args.find_cuobjdump:
-        print(cuobjdump)
+    if args.find:
+        print(find_cuda_tool(args.find, args.cuobjdump if args.find == "cuobjdump" else None,
+                             allow_install=not args.no_install))
         return 0
+    cuobjdump = find_cuda_tool("cuobjdump", args.cuobjdump, allow_install=not args.no_install)
     if not args.libs:
         ap.error("no library given")
 

@@ -104,13 +104,16 @@ fp8attn_build() {
   if [ ! -f "$FP8ATTN_BUILD_DIR/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then
     generator=(-G Ninja)
   fi
-  # The POST_BUILD resource check needs cuobjdump; find (or pip-install) it now so that a missing one shows
-  # before the long kernel build, not after it.
-  if ! FP8ATTN_CUOBJDUMP="$(python3 "$FP8ATTN_ROOT/scripts/check_resources.py" --find-cuobjdump)"; then
-    fp8attn_log "ERROR: no cuobjdump for the kernel resource check (see above)"
+  # The POST_BUILD checks need cuobjdump and nvdisasm (the SASS check); find (or pip-install) them now so that
+  # a missing one shows before the long kernel build, not after it.
+  local no_install=()
+  if [ "${FP8ATTN_NO_INSTALL:-0}" = 1 ]; then no_install=(--no-install); fi
+  if ! FP8ATTN_CUOBJDUMP="$(python3 "$FP8ATTN_ROOT/scripts/check_resources.py" --find cuobjdump "${no_install[@]}")" \
+     || ! FP8ATTN_NVDISASM="$(python3 "$FP8ATTN_ROOT/scripts/check_resources.py" --find nvdisasm "${no_install[@]}")"; then
+    fp8attn_log "ERROR: no cuobjdump / nvdisasm for the kernel checks (see above)"
     return 1
   fi
-  export FP8ATTN_CUOBJDUMP
+  export FP8ATTN_CUOBJDUMP FP8ATTN_NVDISASM
   local start=$SECONDS
   fp8attn_log "configure: $FP8ATTN_BUILD_DIR (Release, FP8ATTN_HEAD_DIMS=$head_dims)"
   cmake -S "$FP8ATTN_ROOT" -B "$FP8ATTN_BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
