@@ -67,7 +67,8 @@ struct MainloopMma {
     // index taken through a shuffle, ptxas knows it is warp-uniform and keeps Q's descriptors in uniform
     // registers; sliced by the thread index, they sat in vector registers and every QK K step paid two R2UR
     // and their set-up (docs/perf.md run 36).
-    const int warpgroup_first_thread = __shfl_sync(0xffffffff, mma_thread / 128, 0) * 128;
+    const int warpgroup_first_thread =
+        Traits::kNumMmaWarpgroups == 1 ? 0 : __shfl_sync(0xffffffff, mma_thread / 128, 0) * 128;
     auto wg_mma_qk = tiled_mma_qk.get_slice(warpgroup_first_thread);
     auto wg_mma_pv = tiled_mma_pv.get_slice(warpgroup_first_thread);
     auto wg_mma_pv_sum = tiled_mma_pv_sum.get_slice(warpgroup_first_thread);
