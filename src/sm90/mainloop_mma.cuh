@@ -63,23 +63,17 @@ struct MainloopMma {
     TiledMmaQK tiled_mma_qk;
     TiledMmaPvTile tiled_mma_pv;
     TiledMmaPvSum tiled_mma_pv_sum;
-    // Shared-memory operands (descriptors) are partitioned per warpgroup, not per thread: with the warpgroup
-    // index taken through a shuffle, ptxas knows it is warp-uniform and keeps Q's descriptors in uniform
-    // registers; sliced by the thread index, they sat in vector registers and every QK K step paid two R2UR
-    // and their set-up (docs/perf.md run 36).
-    const int warpgroup_first_thread =
-        Traits::kNumMmaWarpgroups == 1 ? 0 : __shfl_sync(0xffffffff, mma_thread / 128, 0) * 128;
-    auto wg_mma_qk = tiled_mma_qk.get_slice(warpgroup_first_thread);
-    auto wg_mma_pv = tiled_mma_pv.get_slice(warpgroup_first_thread);
-    auto wg_mma_pv_sum = tiled_mma_pv_sum.get_slice(warpgroup_first_thread);
+    auto thr_mma_qk = tiled_mma_qk.get_thread_slice(mma_thread);
+    auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread);
+    auto thr_mma_pv_sum = tiled_mma_pv_sum.get_thread_slice(mma_thread);
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});     // (BLK_M, D)
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});     // (BLK_N, D, PIPE)
     Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});  // (VT_ROWS, BLK_N, PIPE)
     Tensor sOnes = make_tensor(make_smem_ptr(smem.smem_ones.data()), typename Traits::SmemLayoutOnes{});  // (8, BLK_N), !kPvSumInPv
 
-    Tensor tSrQ = wg_mma_qk.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K) descriptors
-    Tensor tSrK = wg_mma_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, PIPE) descriptors
+    Tensor tSrQ = thr_mma_qk.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K) descriptors
+    Tensor tSrK = thr_mma_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, PIPE) descriptors
     // P V after the softmax: S and each dv part of P V share these registers; otherwise S has its own.
     constexpr int kScoreRegs = decltype(size(partition_shape_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{})))::value;
     constexpr int kSharedRegs = Traits::kPvAfterSoftmax ? kScoreRegs : 1;
@@ -95,7 +89,7 @@ struct MainloopMma {
     Tensor tOrP = make_tensor<Element>(partition_shape_A(tiled_mma_pv, Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_K)
     // One dv chunk of P V (+ the ones block of row sums when kPvSumInPv): (MMA, MMA_M, 1) fp32.
     Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvTileN>>{});
-    Tensor tSrOnes = wg_mma_pv_sum.partition_fragment_B(sOnes);  // (MMA, MMA_N, MMA_K) descriptors
+    Tensor tSrOnes = thr_mma_pv_sum.partition_fragment_B(sOnes);  // (MMA, MMA_N, MMA_K) descriptors
     Tensor tOrPvSum = partition_fragment_C(tiled_mma_pv_sum, Shape<Int<kBlockM>, _8>{});  // (MMA, MMA_M, 1) fp32
     static_assert(decltype(size(tOrPvSum))::value == 4, "one n8 block: (column pair, row half)");
 
@@ -103,7 +97,7 @@ struct MainloopMma {
     // (MMA, MMA_N, MMA_K) descriptors.
     auto vt_operand = [&](int chunk, int stage) {
       Tensor sVtChunk = local_tile(sVt(_, _, stage), Shape<Int<kPvTileN>, Int<kBlockN>>{}, make_coord(chunk, _0{}));  // (PV_TILE_N, BLK_N)
-      return wg_mma_pv.partition_fragment_B(sVtChunk);
+      return thr_mma_pv.partition_fragment_B(sVtChunk);
     };
     // O chunk = O chunk * rescale + tile, after the tile's GEMM has completed. The O chunk's n8 blocks are
     // the first ones of the tile accumulator; the ones block, when there, is its last.
@@ -240,7 +234,7 @@ struct MainloopMma {
         return make_tensor(sVt.data() + (stage * kStageBytes + part * kPvChunk * kBlockN), Layout{});  // (PV_CHUNK, BLK_N)
       };
       TiledMmaPV tiled_mma_pv_part;
-      auto wg_mma_pv_part = tiled_mma_pv_part.get_slice(warpgroup_first_thread);
+      auto thr_mma_pv_part = tiled_mma_pv_part.get_thread_slice(mma_thread);
       // A part's accumulator: the score registers, (MMA, MMA_M, 1) fp32. (Two 64-wide parts at a time, in the
       // two halves of them, made ptxas serialize every WGMMA (C7511); P x ones in the first part's batch spilled.)
       Tensor tOrPart = make_tensor(tSharedRegs.data(),
@@ -248,7 +242,7 @@ struct MainloopMma {
       static_assert(decltype(size(tOrPart))::value <= kSharedRegs, "a dv part fits the score registers");
       auto issue_part = [&](int part, int stage) {
         // (MMA, MMA_N, MMA_K) descriptors
-        issue_pv_gemm(tiled_mma_pv_part, wg_mma_pv_part.partition_fragment_B(vt_part(part, stage)), tOrPart);
+        issue_pv_gemm(tiled_mma_pv_part, thr_mma_pv_part.partition_fragment_B(vt_part(part, stage)), tOrPart);
       };
       for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
         float rescale[2];
