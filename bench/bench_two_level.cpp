@@ -3,7 +3,8 @@
 // Times the same call through the two-level kernel select_config() picks and through the single-level
 // kernel src/kernels.list declares for this comparison (d128, block 128 x 128): CUDA events around each
 // launch, the two kernels' launches alternated, 10 warm-up iterations, median of 60 per kernel, a 64 MB L2
-// flush before each timed launch. Random E4M3 inputs (never zeros). Prints a table and, with FP8ATTN_RESULTS_DIR set, writes two_level_cost.json there.
+// flush before each timed launch. Random E4M3 inputs (never zeros). Prints a table and, with
+// FP8ATTN_RESULTS_DIR set, writes two_level_cost.json there.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
