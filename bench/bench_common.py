@@ -128,22 +128,27 @@ def capture_graph(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
     return graph
 
 
+def event_run(run: Callable[[], Any], flush: Optional[L2Flush] = None) -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    """Enqueues run() between two timing events, after an L2 flush outside them when ``flush`` is given; the
+    caller reads start.elapsed_time(end) once the stream has reached the end event."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if flush is not None:
+        flush()
+    start.record()
+    run()
+    end.record()
+    return start, end
+
+
 def median_event_ms(run: Callable[[], Any], *, flush: Optional[L2Flush] = None, warmup: int = 3,
                     iters: int = 50) -> float:
     """Median milliseconds of run(), each run between its own CUDA events, after ``warmup`` untimed runs; with
     ``flush``, the L2 is flushed before each run, outside the events."""
     for _ in range(warmup):
         run()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for start, end in zip(starts, ends):
-        if flush is not None:
-            flush()
-        start.record()
-        run()
-        end.record()
+    pairs = [event_run(run, flush) for _ in range(iters)]
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return statistics.median(s.elapsed_time(e) for s, e in pairs)
 
 
 def time_graph(graph: torch.cuda.CUDAGraph, *, warmup: int = 3, iters: int = 50) -> float:
@@ -198,13 +203,7 @@ def time_implementations(fns: dict[str, Callable[[], Any]], *, flush: Optional[L
     events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {name: [] for name in names}
 
     def timed(name: str) -> None:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if flush is not None:
-            flush()
-        start.record()
-        runs[name]()
-        end.record()
-        events[name].append((start, end))
+        events[name].append(event_run(runs[name], flush))
 
     def window(label: str, body: Callable[[], None]) -> None:
         began = time.time()
