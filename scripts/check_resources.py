@@ -51,7 +51,11 @@ def find_cuda_tool(tool: str, hint: str | None, allow_install: bool) -> str:
     /usr/local/cuda/bin, an installed wheel, the project's .deps/; else its pinned wheel pip-installed into
     .deps/<tool>-<version> (unless allow_install is false)."""
     wheel, version = TOOL_WHEELS[tool]
-    deps_bin = REPO_ROOT / ".deps" / f"{tool}-{version}" / "nvidia" / "cu13" / "bin" / tool
+    target = REPO_ROOT / ".deps" / f"{tool}-{version}"  # where the wheel is pip-installed
+
+    def wheel_bin(root: Path) -> Path:  # the tool inside an installed wheel's tree
+        return root / "nvidia" / "cu13" / "bin" / tool
+
     candidates: list[Path | str | None] = [hint, os.environ.get(f"FP8ATTN_{tool.upper()}"), shutil.which(tool)]
     for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
         if os.environ.get(var):
@@ -59,13 +63,12 @@ def find_cuda_tool(tool: str, hint: str | None, allow_install: bool) -> str:
     candidates.append(f"/usr/local/cuda/bin/{tool}")
     for entry in sys.path:
         if entry:
-            candidates.append(Path(entry) / "nvidia" / "cu13" / "bin" / tool)
-    candidates.append(deps_bin)
+            candidates.append(wheel_bin(Path(entry)))
+    candidates.append(wheel_bin(target))
     for c in candidates:
         found = _executable(c)
         if found:
             return found
-    target = deps_bin.parents[3]
     if not allow_install:
         sys.exit(f"{tool} not found (not given, not in $FP8ATTN_{tool.upper()}, PATH, CUDA_HOME or {target}); "
                  f"install it with: python3 -m pip install {wheel}=={version}")
@@ -73,7 +76,7 @@ def find_cuda_tool(tool: str, hint: str | None, allow_install: bool) -> str:
     rc = subprocess.call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
                           "--disable-pip-version-check", "--target", str(target), f"{wheel}=={version}"],
                          env={**os.environ, "PIP_ROOT_USER_ACTION": "ignore"})
-    found = _executable(deps_bin)
+    found = _executable(wheel_bin(target))
     if rc != 0 or not found:
         sys.exit(f"could not install {wheel}=={version} (pip exit {rc}); put a CUDA toolkit's {tool} on PATH or "
                  f"set FP8ATTN_{tool.upper()}")
