@@ -48,6 +48,10 @@ struct KernelConfig {
   // fits in L2). Otherwise the grid's own order: every M block of a head, then the next head.
   bool reverse_m = false;
   int tile_order_rows = 1;
+  // The varlen schedule (select_config: sequences of different lengths in one varlen call): a one-dimensional
+  // grid of at least heads x the listed tiles, each CTA finding its tile from cu_seqlens_q on the device
+  // (tile_scheduler.cuh); CTAs past the list exit. num_splits is 1.
+  bool varlen_schedule = false;
 
   // The one definition of a split-KV call: the forward kernel writes fp32 partials into the workspace and
   // the combine kernel reduces them into out/lse. Everything else asks this, host and device alike (the

@@ -35,4 +35,12 @@ constexpr int stages_for(int block_m, int block_n, int head_dim_v) {
 // Most KV splits of one call: the validation's bound, and the combine kernel's shared-memory weight table.
 constexpr int kMaxSplits = 256;
 
+// The split-KV workspace (fp32 partial O and LSE per split) may not exceed 2 GiB: 256 splits of 16k query rows
+// x 32 heads x dv 128 would ask for ~69 GB. num_splits is a ceiling, so the plan takes fewer splits where a
+// requested count would pass the cap (config.cpp); validation refuses a plan over it all the same.
+constexpr unsigned long long kMaxWorkspaceBytes = 2ull << 30;
+
+// Most splits the heuristic takes on its own (num_splits = 0).
+constexpr int kMaxHeuristicSplits = 128;
+
 }  // namespace fp8attn

@@ -28,6 +28,7 @@ ProblemShape describe_problem(const fp8attn_fwd_params& p, const DeviceInfo& dev
 namespace {
 
 constexpr int kMaxGridZ = 65535;
+constexpr int64_t kMaxGridX = 2147483647;
 // K/V bytes that the CTAs running at once may share through L2 (H100/H200: 50 MB of L2, in two halves).
 constexpr int64_t kL2BytesForTileOrder = int64_t{24} << 20;
 // Longest-first order only where the tile lengths spread enough for it to pay.
@@ -99,9 +100,9 @@ int max_kv_blocks(const ProblemShape& p, int block_n, int block_m) {
 // wave shorten every split. Measured (docs/perf.md run 25, split counts forced, the decode steps of
 // bench_decode.py): llama 1x1-4k 29 splits 14.0 us, 32 splits 13.0; 70b 8x1-32k 15 splits 50.7, 16 splits 50.2,
 // 32 (two waves) 55.0; gemma 4x4 (d256, 132 slots) 7 splits 13.5, 9 and 17 (two and three waves) 18.3 and 23.0.
-int split_heuristic(int64_t ctas, int kv_blocks, int slots) {
+int split_heuristic(int64_t ctas, int kv_blocks, int slots, int split_cap) {
   if (ctas >= int64_t(0.8 * slots) || kv_blocks <= 4) { return 1; }
-  const int max_splits = std::min({128, kv_blocks, slots});
+  const int max_splits = std::min({split_cap, kv_blocks, slots});
   auto efficiency = [&](int s) {
     const int64_t work = ctas * s;
     return double(work) / (double(ceil_div(work, slots)) * slots);
@@ -116,6 +117,33 @@ int split_heuristic(int64_t ctas, int kv_blocks, int slots) {
   return 1;
 }
 
+// num_splits as FlashAttention-3 reads it: 0 lets the heuristic choose (up to kMaxHeuristicSplits), 1 means no
+// split, n >= 2 is a ceiling on the heuristic's choice (vLLM passes 32 under full CUDA graphs for every batch of
+// up to 512 tokens, whatever its shape). The ceiling also keeps the workspace under kMaxWorkspaceBytes.
+int split_ceiling(const ProblemShape& p, int64_t partial_rows) {
+  const int requested = p.num_splits_requested == 0 ? kMaxHeuristicSplits : p.num_splits_requested;
+  const int64_t bytes_per_split = std::max<int64_t>(1, partial_rows * p.num_heads_q * (p.head_dim_v + 1) *
+                                                           int64_t(sizeof(float)));
+  const int64_t fits = int64_t(kMaxWorkspaceBytes) / bytes_per_split;
+  return int(std::clamp<int64_t>(fits, 1, requested));
+}
+
+// Varlen batches whose sequences differ in length (vLLM's chunked prefill: a prefill chunk beside decoding
+// requests in one call) waste most of a grid sized by max_seqlen_q: every sequence gets the longest one's M blocks,
+// and the CTAs past a short sequence's end only start and exit (a 4k chunk beside 130 decodes: 134k CTAs for 5k
+// tiles). There the varlen schedule lists the real tiles instead (tile_scheduler.cuh). Host-known test: the query
+// rows fill less than 90% of batch x max_seqlen_q.
+bool lengths_differ(const ProblemShape& p) {
+  return p.batch > 1 && p.total_q * 10 < int64_t(9) * p.batch * p.max_seqlen_q;
+}
+
+// PackGQA puts the `group` q heads of a kv head in one tile: K/V are then read once per kv head, and short
+// query tiles fill up. Pack when that raises the share of real rows in the M tiles of `rows` queries.
+bool pack_pays(int64_t rows, int group) {
+  return group > 1 && m_tile_efficiency(rows, block_m_for_rows(rows)) <
+                          0.9 * m_tile_efficiency(rows * group, block_m_for_rows(rows * group));
+}
+
 }  // namespace
 
 KernelConfig select_config(const ProblemShape& problem) {
@@ -124,27 +152,52 @@ KernelConfig select_config(const ProblemShape& problem) {
   c.key.head_dim_v = problem.head_dim_v;
   const int group = std::max(1, problem.num_heads_q / std::max(1, problem.num_heads_kv));
 
-  // PackGQA puts the `group` q heads of a kv head in one tile: K/V are then read once per kv head, and short
-  // query tiles fill up. Pack when that raises the share of real rows in the M tiles (always for decode).
-  const int64_t rows_unpacked = problem.max_seqlen_q;
-  const int64_t rows_packed = rows_unpacked * group;
-  c.pack_gqa = group > 1 && m_tile_efficiency(rows_unpacked, block_m_for_rows(rows_unpacked)) <
-                                0.9 * m_tile_efficiency(rows_packed, block_m_for_rows(rows_packed));
-  const int64_t rows = c.pack_gqa ? rows_packed : rows_unpacked;
-  // Short query tiles (decode, speculative decode) would leave a 128-row tile mostly padding: one MMA
-  // warpgroup of 64 rows serves them; so does short or narrow prefill (block_m_for).
-  c.key.block_m = block_m_for(rows, problem);
-  c.key.block_n = block_n_for(c.key.block_m, problem.head_dim);
-  c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));
+  // PackGQA where it pays for the longest sequence (decode and speculative decode always pack), the tile height
+  // from its rows: short query tiles (decode, speculative decode) would leave a 128-row tile mostly padding, so
+  // one MMA warpgroup of 64 rows serves them, and short or narrow prefill (block_m_for).
+  auto choose_tiles = [&](bool pack) {
+    c.pack_gqa = pack;
+    const int64_t rows = int64_t(problem.max_seqlen_q) * (pack ? group : 1);
+    c.key.block_m = block_m_for(rows, problem);
+    c.key.block_n = block_n_for(c.key.block_m, problem.head_dim);
+    c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));
+  };
+  choose_tiles(pack_pays(problem.max_seqlen_q, group));
+  c.partial_rows = problem.total_q;
+  if (c.num_m_blocks > 1 && lengths_differ(problem)) {
+    // The varlen schedule: one launch whose CTAs take the listed tiles, all heads of the last tile first (a
+    // causal chunk's longest tiles; vLLM puts the prefill chunk after the decodes), no split: the decode rows
+    // fill the machine beside the chunk's tiles. Sum over sequences of ceil(rows_b / block_m) is at most
+    // ceil(total rows / block_m) + batch, and at most batch x the longest sequence's tiles: the grid is heads x
+    // that bound. PackGQA where it makes the grid smaller (one tile per kv head, not per q head, for each decode).
+    auto grid_bound = [&](bool pack) {
+      choose_tiles(pack);
+      const int64_t tile_bound =
+          std::min<int64_t>(int64_t(problem.batch) * c.num_m_blocks,
+                            ceil_div(problem.total_q * (pack ? group : 1), c.key.block_m) + problem.batch);
+      return tile_bound * (pack ? problem.num_heads_kv : problem.num_heads_q);
+    };
+    const bool pack = group > 1 && grid_bound(true) < grid_bound(false);
+    const int64_t ctas = grid_bound(pack);
+    if (ctas <= kMaxGridX) {
+      c.varlen_schedule = true;
+      c.num_splits = 1;
+      c.grid_x = static_cast<unsigned>(ctas);
+      c.grid_y = 1;
+      c.grid_z = 1;
+      return c;
+    }
+    choose_tiles(pack_pays(problem.max_seqlen_q, group));  // too many tiles to list: the direct grid below
+  }
   const int heads = c.pack_gqa ? problem.num_heads_kv : problem.num_heads_q;
   const int64_t ctas = int64_t(c.num_m_blocks) * heads * problem.batch;
-  c.num_splits = problem.num_splits_requested > 0
-                     ? problem.num_splits_requested
-                     : split_heuristic(ctas, max_kv_blocks(problem, c.key.block_n, c.key.block_m),
-                                       problem.num_sms * ctas_per_sm_for(c.key.block_m, c.key.head_dim_v));
+  const int split_cap = split_ceiling(problem, c.partial_rows);
+  c.num_splits = split_cap <= 1 ? 1
+                                : split_heuristic(ctas, max_kv_blocks(problem, c.key.block_n, c.key.block_m),
+                                                  problem.num_sms * ctas_per_sm_for(c.key.block_m, c.key.head_dim_v),
+                                                  split_cap);
   // gridDim.z = batch * splits may not exceed 65535 (only reachable with huge batches and explicit splits).
   c.num_splits = std::max(1, std::min(c.num_splits, kMaxGridZ / std::max(1, problem.batch)));
-  c.partial_rows = problem.total_q;
   c.grid_x = problem.max_seqlen_q > 0 ? static_cast<unsigned>(c.num_m_blocks) : 0u;
   c.grid_y = static_cast<unsigned>(heads);
   c.grid_z = static_cast<unsigned>(problem.batch * c.num_splits);
@@ -153,11 +206,19 @@ KernelConfig select_config(const ProblemShape& problem) {
   if (c.reverse_m) {
     const int64_t kv_bytes_per_row = int64_t(std::max(1, problem.max_seqlen_k)) *
                                      (problem.head_dim + problem.head_dim_v) / (c.pack_gqa ? 1 : group);
-    const int64_t rows = int64_t(c.grid_y) * c.grid_z;
+    const int64_t grid_rows = int64_t(c.grid_y) * c.grid_z;
     c.tile_order_rows = int(std::clamp<int64_t>(kL2BytesForTileOrder / std::max<int64_t>(1, kv_bytes_per_row), 1,
-                                                std::max<int64_t>(1, rows)));
+                                                std::max<int64_t>(1, grid_rows)));
   }
   return c;
+}
+
+KernelConfig with_exact_splits(const ProblemShape& problem, KernelConfig config, int splits) {
+  if (config.varlen_schedule) { return config; }
+  config.num_splits = std::clamp(splits, 1, kMaxGridZ / std::max(1, problem.batch));
+  config.grid_z = static_cast<unsigned>(problem.batch * config.num_splits);
+  config.tile_order_rows = std::min(config.tile_order_rows, std::max(1, int(config.grid_y * config.grid_z)));
+  return config;
 }
 
 }  // namespace fp8attn

@@ -34,6 +34,11 @@ struct ProblemShape {
 ProblemShape describe_problem(const fp8attn_fwd_params& params, const DeviceInfo& device);
 KernelConfig select_config(const ProblemShape& problem);
 
+// `config` with exactly `splits` KV splits instead of its planned count, for the tests and benchmarks that
+// exercise a given split count (the public num_splits is a ceiling). The varlen schedule does not split: its
+// config comes back unchanged.
+KernelConfig with_exact_splits(const ProblemShape& problem, KernelConfig config, int splits);
+
 // Bytes of split-KV workspace for a config (layout: SplitWorkspace in common/kernel_config.h); 0 when unsplit.
 inline size_t split_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
   return SplitWorkspace::of(config, problem.num_heads_q, problem.head_dim_v).bytes();

@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   const FwdArgs& args = params.args;
   // The sequence's lengths and offsets first: their global loads (a cold round trip for a decode CTA) are in
   // flight during the prologue below instead of after it (docs/perf.md run 18).
-  const TileCoord tile = SingleTileScheduler::tile(args);
+  const TileCoord tile = SingleTileScheduler<kBlockM>::tile(args);
   const SeqInfo seq(args, tile.batch);
 
   if (warp_idx == 0 && cute::elect_one_sync()) {
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
 
   const PackGqa pack(args);
-  const bool has_rows = tile.m_block * kBlockM < pack.tile_rows(seq.seqlen_q);
+  const bool has_rows = tile.m_block != TileCoord::kNoTile && tile.m_block * kBlockM < pack.tile_rows(seq.seqlen_q);
   const Mask<kBlockM, kBlockN> mask(seq, args, tile.m_block);
   const KvBlockRange range = Mask<kBlockM, kBlockN>::split_range(mask.kv_block_range(), tile.split, args.splits_divmod);
   const bool has_work = has_rows && range.n_block_max > range.n_block_min;
@@ -121,6 +121,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     }
   }
   cutlass::arch::fence_view_async_shared();
+  if (args.varlen_schedule && threadIdx.x == 0) { smem.scheduled_tile = tile; }
 
   cutlass::arch::fence_barrier_init();
   __syncthreads();
@@ -149,7 +150,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
     }
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
-    const TileCoord epilogue_tile = SingleTileScheduler::tile_reread(args);          // == tile
+    const TileCoord epilogue_tile =  // == tile
+        args.varlen_schedule ? smem.scheduled_tile : SingleTileScheduler<kBlockM>::tile_reread(args);
     // With split-KV the combine kernel adds the sink once; here it would be counted once per split.
     float sink_log2[2] = {-INFINITY, -INFINITY};
     if (args.sink != nullptr && !args.split_kv) {

@@ -56,6 +56,9 @@ struct FwdArgs {
   // Tile order (KernelConfig, tile_scheduler.cuh).
   bool reverse_m = false;
   int tile_order_rows = 1;
+  // The varlen schedule (KernelConfig::varlen_schedule): CTA i takes head i % heads of a listed tile.
+  bool varlen_schedule = false;
+  cutlass::FastDivmod schedule_heads_divmod;  // divides by the grid's heads (kv heads with PackGQA)
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
   int partial_rows = 0;

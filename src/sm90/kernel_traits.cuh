@@ -16,6 +16,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "common/kernel_rules.h"
+#include "sm90/tile_scheduler.cuh"
 
 namespace fp8attn::sm90 {
 
@@ -180,6 +181,7 @@ struct KernelTraits {
     typename PipelineVLoad::SharedStorage pipeline_vload;
     typename PipelineVt::SharedStorage pipeline_vt;
     cutlass::arch::ClusterTransactionBarrier barrier_q;
+    TileCoord scheduled_tile;  // the varlen schedule's tile, found once, for the epilogue
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes * kCtasPerSm <= 227 * 1024, "shared memory over the SM90 limit for kCtasPerSm CTAs");

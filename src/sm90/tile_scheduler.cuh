@@ -12,6 +12,10 @@
 // are cut into sections of tile_order_rows rows, and a section's tiles go M block by M block from the last
 // (slow), row by row (fast): the longest tiles start first, so the last wave is short ones (LPT), and the
 // CTAs running at once read the K/V of one section, sized on the host to fit in L2.
+//
+// A varlen batch whose sequences differ in length (a prefill chunk beside decoding requests) takes the varlen
+// schedule instead (KernelConfig::varlen_schedule): a one-dimensional grid over the tiles the sequences really
+// have, found on the device from cu_seqlens_q (VarlenTiles below).
 #pragma once
 
 #include <cute/config.hpp>
@@ -21,10 +25,57 @@
 namespace fp8attn::sm90 {
 
 struct TileCoord {
-  int m_block;
-  int head;  // q head, or kv head with PackGQA
+  int m_block;  // kNoTile: the CTA has no tile (past the varlen schedule's list)
+  int head;     // q head, or kv head with PackGQA
   int batch;
   int split;
+  static constexpr int kNoTile = -1;
+};
+
+// The varlen schedule's map from CTA to tile. The batch's tiles are listed sequence by sequence, M block by M
+// block, sequence b having ceil(rows_b / kBlockM) of them (rows_b: its query rows, times G when packing); CTA i
+// takes head i % heads of tile (tiles - 1 - i / heads), so the last tiles start first: vLLM lists the prefill
+// chunk after the decodes, and a causal chunk's last M blocks see the most keys. Each warp finds its tile from
+// cu_seqlens_q itself: a first pass sums every sequence's tiles (32 sequences a step, the loads independent of
+// each other), a second finds the sequence by a warp prefix sum over the same, now cached, lengths. No pre-pass
+// kernel and no workspace, so a captured CUDA graph stays valid whatever the lengths. Called by whole warps.
+template <int kBlockM>
+struct VarlenTiles {
+  CUTE_DEVICE static int tiles_of(const FwdArgs& args, int batch) {
+    if (batch >= args.batch) { return 0; }
+    const int rows = (args.cu_seqlens_q[batch + 1] - args.cu_seqlens_q[batch]) *
+                     (args.pack_gqa ? args.qheads_per_kvhead : 1);
+    return (rows + kBlockM - 1) / kBlockM;
+  }
+
+  CUTE_DEVICE static TileCoord tile(const FwdArgs& args, int linear) {
+    constexpr unsigned kFullWarp = 0xffffffffu;
+    int rank, head;
+    args.schedule_heads_divmod(rank, head, linear);
+    const int lane = int(threadIdx.x % 32);
+    int total = 0;
+#pragma unroll 4
+    for (int b = lane; b < args.batch; b += 32) { total += tiles_of(args, b); }
+    total = __reduce_add_sync(kFullWarp, total);
+    if (rank >= total) { return {TileCoord::kNoTile, 0, 0, 0}; }
+    const int target = total - 1 - rank;  // in list order
+    for (int first = 0, before = 0;; first += 32) {
+      const int tiles = tiles_of(args, first + lane);
+      int inclusive = tiles;
+      CUTE_UNROLL
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const int below = __shfl_up_sync(kFullWarp, inclusive, offset);
+        if (lane >= offset) { inclusive += below; }
+      }
+      const unsigned past = __ballot_sync(kFullWarp, before + inclusive > target);
+      if (past != 0) {
+        const int owner = __ffs(past) - 1;
+        const int owner_first_tile = before + __shfl_sync(kFullWarp, inclusive - tiles, owner);
+        return {target - owner_first_tile, head, first + owner, 0};
+      }
+      before += __shfl_sync(kFullWarp, inclusive, 31);
+    }
+  }
 };
 
 // The reverse_m order: linear block index -> tile. Callable on the host for the CPU test.
@@ -43,11 +94,15 @@ struct LongestFirstOrder {
   }
 };
 
+template <int kBlockM>
 struct SingleTileScheduler {
-  CUTE_DEVICE static TileCoord tile(const FwdArgs& args) { return tile_of(args, blockIdx); }
+  CUTE_DEVICE static TileCoord tile(const FwdArgs& args) {
+    return args.varlen_schedule ? VarlenTiles<kBlockM>::tile(args, int(blockIdx.x)) : tile_of(args, blockIdx);
+  }
 
   // The same tile, from the block index read again (a volatile read is not merged with the first): the MMA
   // warpgroups recompute their tile after the KV loop rather than hold its coordinates in registers through it.
+  // Not for the varlen schedule, whose tile the kernel keeps in shared memory instead.
   CUTE_DEVICE static TileCoord tile_reread(const FwdArgs& args) {
     uint3 block;
     asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block.x));

@@ -201,6 +201,8 @@ TEST(RunFwd, RefusesChangedSizes) {
 
 TEST(RunFwd, ChecksTheWorkspaceThePlanAsks) {
   FwdParams p = paged_decode();
+  p.batch = p.total_q = 2;  // 2 x 8 kv heads: the heuristic splits, and a ceiling of 4 keeps 4
+  fp8attn_test::describe_extents(p);
   p.num_splits = 4;
   FwdPlan plan;
   PLAN_OR_SKIP(p, plan);
