@@ -8,33 +8,51 @@ import math
 from typing import Any, Optional, Sequence
 
 
+# vLLM wrapper keywords that fp8attn does not implement and that are None unless a caller asks for the
+# feature, with what each one is. Most are FlashAttention-4 only; vLLM 0.34 passes mask_mod, aux_tensors
+# and dynamic_causal as None on every FA3 call.
+UNSUPPORTED_IF_SET = {
+    "q_v": "MLA",
+    "alibi_slopes": "ALiBi",
+    "output_scale": "fused FP8 output quantization; the output is fp16/bf16",
+    "mask_mod": "FA4 custom masks",
+    "block_sparse_tensors": "FA4 block sparsity",
+    "aux_tensors": "FA4 mask_mod tensors",
+    "aux_tensor_leading_dims": "FA4 mask_mod tensors",
+    "dynamic_causal": "FA4 per-sequence causal offsets",
+    "gather_kv_indices": "FA4 gather-KV",
+    "gather_kv_valid_length": "FA4 gather-KV",
+}
+
+
 def reject_unsupported(
     *,
     dropout_p: float = 0.0,
     softcap: Optional[float] = 0.0,
-    alibi_slopes: Any = None,
-    q_v: Any = None,
     return_attn_probs: bool = False,
     cp_world_size: int = 1,
+    **if_set: Any,
 ) -> None:
     """Raises NotImplementedError naming the first FlashAttention feature fp8attn does not implement.
 
-    fp8attn is a forward-only FP8 kernel: no dropout, no ALiBi, no MLA/Qv, no tanh softcap, no
-    attention-probability output and no context parallelism. Each is rejected rather than ignored,
-    because ignoring any of them silently changes the result.
+    fp8attn is a forward-only FP8 kernel: no dropout, no tanh softcap, no attention-probability output,
+    no context parallelism, and none of the features in UNSUPPORTED_IF_SET (its keywords are passed in
+    ``if_set``; None means unused). Each is rejected rather than ignored, because ignoring any of them
+    silently changes the result.
     """
     if dropout_p:
         raise NotImplementedError(f"fp8attn: dropout is not supported (dropout_p={dropout_p}); it is inference-only")
     if softcap:
         raise NotImplementedError(f"fp8attn: softcap is not supported (softcap={softcap}); pass 0.0")
-    if alibi_slopes is not None:
-        raise NotImplementedError("fp8attn: alibi_slopes is not supported")
-    if q_v is not None:
-        raise NotImplementedError("fp8attn: q_v (MLA) is not supported")
     if return_attn_probs:
         raise NotImplementedError("fp8attn: return_attn_probs is not supported (use return_softmax_lse)")
     if cp_world_size != 1:
         raise NotImplementedError(f"fp8attn: context parallelism is not supported (cp_world_size={cp_world_size})")
+    for name, value in if_set.items():
+        if name not in UNSUPPORTED_IF_SET:
+            raise TypeError(f"reject_unsupported() got an unexpected keyword argument {name!r}")
+        if value is not None:
+            raise NotImplementedError(f"fp8attn: {name} is not supported ({UNSUPPORTED_IF_SET[name]}); pass None")
 
 
 def normalize_window(window_size: Optional[Sequence[int]], causal: bool) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """FlashAttention-compatible entry points over the ``fp8attn::fwd`` op.
 
-``flash_attn_varlen_func`` accepts exactly the call vLLM's FlashAttention backend makes (its keyword
-set is vLLM's ``vllm_flash_attn`` wrapper's, plus ``out_dtype``); ``flash_attn_with_kvcache`` and
+``flash_attn_varlen_func`` accepts the call vLLM's FlashAttention backend makes (its keywords are vLLM
+0.34's ``vllm_flash_attn`` wrapper's, in its order, plus ``out_dtype``); ``flash_attn_with_kvcache`` and
 ``flash_attn_func`` follow FlashAttention's batched semantics. Q, K and V are FP8 E4M3; descales are
 fp32 and applied in the kernel (q/k folded into the softmax scale, v into the normalisation). The
 output is fp16 or bf16; the optional LSE is fp32, natural log, including the sink.
@@ -9,7 +9,7 @@ output is fp16 or bf16; the optional LSE is fp32, natural log, including the sin
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -102,11 +102,19 @@ def flash_attn_varlen_func(
     k_descale: Optional[Tensor] = None,
     v_descale: Optional[Tensor] = None,
     num_splits: int = 0,
+    output_scale: Optional[Tensor] = None,
     fa_version: Optional[int] = None,
     s_aux: Optional[Tensor] = None,
     cp_world_size: int = 1,
     cp_rank: int = 0,
     cp_tot_seqused_k: Optional[Tensor] = None,
+    mask_mod: Optional[Callable[..., Any]] = None,
+    block_sparse_tensors: Any = None,
+    aux_tensors: Optional[Sequence[Tensor]] = None,
+    aux_tensor_leading_dims: Any = None,
+    dynamic_causal: Optional[Tensor] = None,
+    gather_kv_indices: Optional[Tensor] = None,
+    gather_kv_valid_length: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
 ) -> Result:
     """Varlen FP8 attention, a drop-in for vLLM's ``flash_attn_varlen_func``.
@@ -124,23 +132,32 @@ def flash_attn_varlen_func(
         window_size: (left, right) or None; vLLM passes (w - 1, 0) for sliding-window layers.
         q_descale, k_descale, v_descale: fp32, None, 0-d, 1-element, [Hkv] or (B, Hkv) with any strides
             (expand()ed views are read in place).
-        num_splits: 0 = heuristic, n >= 1 = exactly n KV splits.
+        num_splits: 0 = heuristic, n >= 2 = at most n KV splits (a ceiling, as FlashAttention-3 reads
+            it), 1 = exactly one split (no split).
         s_aux: [Hq] fp32/bf16 learnable sink logits.
         out: [total_q, Hq, dv] fp16/bf16, written in place. out_dtype: default out.dtype, else bf16.
         scheduler_metadata, fa_version, deterministic, cp_rank, cp_tot_seqused_k: accepted for vLLM
             compatibility and not used (FA3's ahead-of-time split metadata is a hint; fp8attn plans its
             own splits on the host, and its forward is deterministic).
+        output_scale, mask_mod, block_sparse_tensors, aux_tensors, aux_tensor_leading_dims,
+            dynamic_causal, gather_kv_indices, gather_kv_valid_length: vLLM's fused FP8 output and
+            FlashAttention-4 features; accepted only as None (vLLM 0.34 passes mask_mod, aux_tensors and
+            dynamic_causal as None).
 
     Returns:
         out, or (out, lse) with lse [Hq, total_q] fp32 when return_softmax_lse.
 
     Raises:
-        NotImplementedError: dropout, ALiBi, q_v, softcap, return_attn_probs, context parallelism, or a
-            case the library does not support or did not compile.
+        NotImplementedError: dropout, ALiBi, q_v, softcap, return_attn_probs, context parallelism,
+            output_scale or an FA4 feature set, or a case the library does not support or did not compile.
         ValueError: malformed arguments (the message names the argument).
     """
-    _args.reject_unsupported(dropout_p=dropout_p, softcap=softcap, alibi_slopes=alibi_slopes, q_v=q_v,
-                             return_attn_probs=return_attn_probs, cp_world_size=cp_world_size)
+    _args.reject_unsupported(
+        dropout_p=dropout_p, softcap=softcap, return_attn_probs=return_attn_probs, cp_world_size=cp_world_size,
+        q_v=q_v, alibi_slopes=alibi_slopes, output_scale=output_scale, mask_mod=mask_mod,
+        block_sparse_tensors=block_sparse_tensors, aux_tensors=aux_tensors,
+        aux_tensor_leading_dims=aux_tensor_leading_dims, dynamic_causal=dynamic_causal,
+        gather_kv_indices=gather_kv_indices, gather_kv_valid_length=gather_kv_valid_length)
     _args.check_kv_length_args(cu_seqlens_k is not None, seqused_k is not None, block_table is not None)
     return _call(
         _VARLEN_NAMES, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[1], q.shape[0]),
