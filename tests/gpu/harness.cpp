@@ -16,6 +16,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "host/api_internal.h"
+#include "host/config.h"
+
 namespace fp8attn_test {
 namespace {
 
@@ -86,6 +89,18 @@ const char* kv_label(KvLayout kv) {
   return "?";
 }
 
+const char* kv_rows_label(KvRows rows) {
+  switch (rows) {
+    case KvRows::kSeparate:
+      return "separate";
+    case KvRows::kRowHalvesHnd:
+      return "halves_hnd";
+    case KvRows::kRowHalvesNhd:
+      return "halves_nhd";
+  }
+  return "?";
+}
+
 const char* descale_label(DescaleForm form) {
   switch (form) {
     case DescaleForm::kNone:
@@ -150,6 +165,8 @@ void check_case(const Case& c) {
       if (c.page_size <= 0 || c.page_size % 16 != 0) fail("page_size must be a positive multiple of 16");
       break;
   }
+  if (c.kv_layers < 1) fail("kv_layers < 1");
+  if (c.kv_layers > 1 && c.kv_rows == KvRows::kSeparate) fail("kv_layers > 1 needs row-halves K/V (kv_rows)");
 }
 
 // The random inputs of one case, drawn in a fixed order (q, k, v, descales, sink) that does not depend on
@@ -337,6 +354,7 @@ std::string Case::describe() const {
      << " heads=" << heads_q << ":" << heads_kv << " d=" << head_dim << " dv=" << head_dim_v
      << " q=" << (varlen_q ? "varlen" : "dense") << " kv=" << kv_label(kv) << (seqused_k ? "+seqused_k" : "");
   if (kv == KvLayout::kPaged) os << " page_size=" << page_size << " spare_pages=" << spare_pages;
+  if (kv_rows != KvRows::kSeparate) os << " kv_rows=" << kv_rows_label(kv_rows) << " kv_layers=" << kv_layers;
   os << " spare_q_rows=" << spare_q_rows << " spare_k_rows=" << spare_k_rows << " extra_max_seqlen=" << extra_max_seqlen
      << " strided=" << strided << " causal=" << causal << " window=(" << window_left << "," << window_right << ")"
      << " descale(q,k,v)=" << descale_label(descale_q) << "," << descale_label(descale_k) << ","
@@ -365,6 +383,7 @@ struct Array {
 
 struct Problem::Buffers {
   Array q, kv, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale, sink;
+  size_t k_offset = 0;  // bytes from the start of kv to k (a layer-interleaved cache's middle layer)
   size_t v_offset = 0;  // bytes from the start of kv to v
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -494,7 +513,25 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
   if (c.kv == KvLayout::kPaged || c.seqused_k)
     buf.seqused_k.assign(std::vector<int32_t>(c.seqlens_k.begin(), c.seqlens_k.end()));
 
-  if (c.strided) {
+  if (c.kv_rows != KvRows::kSeparate) {
+    // vLLM 0.34's cache: K and V are the two halves of each row of one tensor, so V = K + d bytes with K's strides.
+    // A unit is a page, a batch entry (dense) or the whole varlen tensor, [heads_kv][rows][d + dv] (HND) or
+    // [rows][heads_kv][d + dv] (NHD); with kv_layers > 1 each unit sits among other layers' (NaN) units, the unit
+    // stride being kv_layers units, and this layer's units are the middle ones.
+    const int64_t row = d + dv;
+    const int64_t unit_bytes = std::max<int64_t>(unit_rows, 1) * hkv * row;
+    if (c.kv_rows == KvRows::kRowHalvesHnd) {
+      p.k_row_stride = p.v_row_stride = row;
+      p.k_head_stride = p.v_head_stride = std::max<int64_t>(unit_rows, 1) * row;
+    } else {
+      p.k_head_stride = p.v_head_stride = row;
+      p.k_row_stride = p.v_row_stride = hkv * row;
+    }
+    if (c.kv != KvLayout::kVarlen) p.k_batch_stride = p.v_batch_stride = c.kv_layers * unit_bytes;
+    buf.k_offset = static_cast<size_t>((c.kv_layers / 2) * unit_bytes);
+    buf.v_offset = buf.k_offset + d;
+    buf.kv.host.assign(std::max<int64_t>(units * c.kv_layers * unit_bytes, 16), kE4m3NaN);
+  } else if (c.strided) {
     // One interleaved cache: per unit [2][rows][heads_kv][slot] (vLLM-style K and V views of one tensor,
     // unbound along the "2" axis); varlen interleaves per row instead, [rows][2][heads_kv][slot].
     const int64_t slot = std::max(d, dv) + 16;
@@ -522,7 +559,7 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
     buf.v_offset = (k_bytes + 255) / 256 * 256;
     buf.kv.host.assign(std::max<int64_t>(buf.v_offset + units * unit_rows * p.v_row_stride, 16), kE4m3NaN);
   }
-  // Byte offset of key j of sequence b, head 0, in kv (add v_offset for v).
+  // Byte offset of key j of sequence b, head 0, from k (add k_offset for k in kv, v_offset for v in kv).
   auto key_row = [&](int b, int j, bool is_v) -> int64_t {
     const int64_t batch_stride = is_v ? p.v_batch_stride : p.k_batch_stride;
     const int64_t row_stride = is_v ? p.v_row_stride : p.k_row_stride;
@@ -540,7 +577,7 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
     for (int j = 0; j < c.seqlens_k[b]; ++j)
       for (int h = 0; h < hkv; ++h)
         for (int col = 0; col < d; ++col)
-          buf.kv.host[key_row(b, j, false) + h * p.k_head_stride + col] = inputs.e4m3(0.0f, c.qk_std);
+          buf.kv.host[buf.k_offset + key_row(b, j, false) + h * p.k_head_stride + col] = inputs.e4m3(0.0f, c.qk_std);
   for (int b = 0; b < batch; ++b)
     for (int j = 0; j < c.seqlens_k[b]; ++j)
       for (int h = 0; h < hkv; ++h)
@@ -652,7 +689,7 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
   }
   auto bind = [&](fp8attn_fwd_params* params, bool on_device) {
     params->q = buf.q.address(on_device);
-    params->k = buf.kv.address(on_device);
+    params->k = buf.kv.address(on_device, buf.k_offset);
     params->v = buf.kv.address(on_device, buf.v_offset);
     params->out = buf.out.address(on_device);
     params->lse = static_cast<float*>(buf.lse.address(on_device));
@@ -672,7 +709,15 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
   if (no_key_rows) device_params_.k = device_params_.v = nullptr;
 
   // A call that does not plan (the invalid-argument tests) gets no workspace; its fwd() reports the error.
-  if (!fp8attn::fwd_workspace_size(device_params_, &buf.workspace_bytes).ok()) { buf.workspace_bytes = 0; }
+  const bool plans = fp8attn::fwd_workspace_size(device_params_, &buf.workspace_bytes).ok();
+  if (!plans) { buf.workspace_bytes = 0; }
+  fp8attn::DeviceInfo device;
+  if (plans && c.num_splits >= 2 && c.splits_exact && fp8attn::query_device(&device).ok()) {
+    const fp8attn::ProblemShape problem = fp8attn::describe_problem(device_params_, device);
+    exact_split_config_ = fp8attn::with_exact_splits(problem, fp8attn::select_config(problem), c.num_splits);
+    exact_splits_ = true;
+    buf.workspace_bytes = fp8attn::split_workspace_bytes(problem, exact_split_config_);
+  }
   if (buf.workspace_bytes > 0) {
     check_cuda(cudaMalloc(&buf.workspace, buf.workspace_bytes), "cudaMalloc workspace");
     device_params_.workspace = buf.workspace;
@@ -698,7 +743,14 @@ void Problem::poison(cudaStream_t stream) const {
     check_cuda(cudaMemsetAsync(buf.workspace, kPoisonByte, buf.workspace_bytes, stream), "cudaMemsetAsync workspace");
 }
 
-fp8attn::Status Problem::launch(cudaStream_t stream) const { return fp8attn::fwd(device_params_, stream); }
+fp8attn::Status Problem::launch(cudaStream_t stream) const {
+  if (!exact_splits_) { return fp8attn::fwd(device_params_, stream); }
+  // validate_fwd accepts the exact count's workspace: it is at least the ceiling plan's.
+  fp8attn::DeviceInfo device;
+  fp8attn::Status status = fp8attn::query_device(&device);
+  if (status.ok()) { status = fp8attn::validate_fwd(device_params_, device); }
+  return status.ok() ? fp8attn::launch_with_config(device_params_, exact_split_config_, stream) : status;
+}
 
 fp8attn::Status Problem::run(cudaStream_t stream) const {
   poison(stream);

@@ -12,7 +12,8 @@
 //
 // What a Problem lays out (so that a kernel that reads or writes out of bounds is caught):
 //   - Every byte of q/k/v that is not an input element is an E4M3 NaN (0x7F): padding rows of varlen q,
-//     key rows past a sequence's used length, stride gaps, unused pages. None of them may reach the output.
+//     key rows past a sequence's used length, stride gaps, unused pages, other layers' units of a
+//     layer-interleaved cache. None of them may reach the output.
 //   - out is filled with 0xFF bytes (NaN in fp16 and bf16) and lse with NaN before each run: every element
 //     of a valid row must be overwritten, and nothing else (padding rows, stride gaps) may be.
 //   - Paged K/V: the pages of all sequences are shuffled over the cache, spare pages stay NaN, and block
@@ -27,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/kernel_config.h"
 #include "fp8attn/fp8attn.h"
 #include "reference/reference.h"
 
@@ -54,6 +56,16 @@ enum class DescaleForm {
 
 enum class SinkType { kNone, kF32, kBF16 };
 
+// How K and V rows are stored (vLLM 0.34's cache: shared/notes/vllm-0.34-call.md (a), the "k, v" row).
+enum class KvRows {
+  kSeparate,      // K and V in separate regions of one buffer (or interleaved per unit when Case::strided)
+  kRowHalvesHnd,  // vLLM 0.34: each unit (page, batch entry, or the varlen tensor) is [heads_kv][rows][d + dv],
+                  // its rows holding K in their first d bytes and V in their last dv: the [num_blocks, Hkv, page,
+                  // 2d] cache viewed .transpose(1, 2).split(d): V = K + d bytes, rows d + dv apart, heads
+                  // rows * (d + dv) apart
+  kRowHalvesNhd,  // the same halves with units [rows][heads_kv][d + dv]: heads d + dv apart
+};
+
 struct Case {
   // ---- shape ----
   int batch = 1;
@@ -75,6 +87,9 @@ struct Case {
   int spare_pages = 3;       // kPaged: NaN pages no sequence uses
   bool strided = false;      // padded head/row/batch strides everywhere, K and V as views of one
                              // interleaved cache [units, 2, rows, heads_kv, max(d, dv) + 16]
+  KvRows kv_rows = KvRows::kSeparate;  // row halves: K/V strides from it (strided then pads q/out/table only)
+  int kv_layers = 1;  // row halves only: each unit sits among kv_layers - 1 other layers' NaN units (vLLM's
+                      // layer-interleaved cache: the unit stride is kv_layers units; this layer is the middle one)
 
   // ---- attention ----
   bool causal = false;
@@ -87,6 +102,10 @@ struct Case {
   fp8attn_dtype out_dtype = FP8ATTN_DTYPE_BF16;
   bool lse = true;
   int num_splits = 0;  // 0: the library's heuristic
+  // num_splits >= 2: exactly that many splits, through the library's internal launch with its planned config
+  // (fp8attn::with_exact_splits), for the tests of a given split count; false: num_splits as the public API reads
+  // it, a ceiling on the heuristic (vLLM's 32). The varlen schedule does not split either way.
+  bool splits_exact = true;
 
   // ---- inputs: q, k ~ N(0, qk_std^2), v ~ N(v_mean, v_std^2), each rounded to E4M3 ----
   float qk_std = 1.0f;
@@ -149,7 +168,7 @@ class Problem {
 
   // Fills out and lse with NaN bytes and the workspace with 0xFF, asynchronously on `stream`.
   void poison(cudaStream_t stream) const;
-  // fp8attn::fwd on `stream` (no poisoning, no synchronization).
+  // fp8attn::fwd on `stream`, or the exact-split launch of Case::splits_exact (no poisoning, no synchronization).
   fp8attn::Status launch(cudaStream_t stream) const;
   // poison(stream), then launch(stream).
   fp8attn::Status run(cudaStream_t stream = nullptr) const;
@@ -168,6 +187,8 @@ class Problem {
   std::unique_ptr<Buffers> buffers_;
   fp8attn_fwd_params host_params_{};
   fp8attn_fwd_params device_params_{};
+  bool exact_splits_ = false;  // launch exact_split_config_ (Case::splits_exact)
+  fp8attn::KernelConfig exact_split_config_{};
   bool have_references_ = false;
   fp8attn::ref::Result exact_;
   fp8attn::ref::Result emulation_;

@@ -9,6 +9,14 @@
 // strided views, padding rows and loose max_seqlen bounds, and every head-dim pair this build compiled.
 // Sizes are bounded so that the fp64 CPU reference (the cost) keeps 500 configurations well under a minute.
 //
+// A fifth of the configurations (kMixedShare) are instead the step vLLM issues under chunked prefill: ONE varlen
+// call holding 2-30 decoding requests of 1-4 query rows (decode, speculative decode) and one or two prefill
+// chunks of 100-1500 rows, usually after earlier context (random_mixed_case), with num_splits 0, 1 or 2..64.
+// Independently, about a third of all configurations store K and V as vLLM 0.34's cache does: the two halves
+// of each cache row (V = K + d bytes), in HND or NHD order, sometimes inside a layer-interleaved buffer
+// (harness.h KvRows, kv_layers). Both choices come from streams of their own, so the rest of a configuration i
+// of a seed is what it was without them.
+//
 // A failure prints the configuration and the command that replays it; the run ends with one line
 //   fuzz: N configurations, seed S, F failed
 #include <gtest/gtest.h>
@@ -34,6 +42,18 @@ namespace {
 constexpr int kDefaultCount = 500;
 // Reference work per configuration: sum over sequences of q_len * k_len * heads_q * (d + dv) multiply-adds.
 constexpr double kWorkBudget = 2e7;
+// Mixed prefill + decode configurations: their share, and their budgets. The reference there is counted over the
+// keys each row sees (a causal chunk's rows see about half), and the host-generated input elements (q, k, v: one
+// seeded draw each) are bounded too, since a long chunk beside many requests' keys makes many.
+constexpr double kMixedShare = 0.2;
+constexpr double kMixedWorkBudget = 6e8;
+constexpr double kMixedInputBudget = 6e6;
+constexpr int kMinPrefillRows = 100;
+// Share of all configurations with vLLM 0.34's row-halves K/V.
+constexpr double kRowHalvesShare = 0.3;
+// Streams of the draws that decide a configuration's kind and its K/V rows, apart from random_case's.
+constexpr uint64_t kMixedStream = 0x6D697865642D6B76ull;
+constexpr uint64_t kRowsStream = 0x726F772D68616C66ull;
 
 uint64_t env_u64(const char* name, uint64_t fallback) {
   const char* value = std::getenv(name);
@@ -170,6 +190,178 @@ Case random_case(uint64_t seed, int index) {
   return c;
 }
 
+// Keys that query row i of a sequence (q_len rows over k_len keys) sees, summed over its rows: the case's mask,
+// bottom-right aligned as the reference's (causal means a right window of 0).
+double visible_keys(const Case& c, int q_len, int k_len) {
+  const int64_t right = c.causal ? 0 : c.window_right;
+  const int64_t left = c.window_left;
+  double total = 0;
+  for (int64_t i = 0; i < q_len; ++i) {
+    const int64_t diagonal = i + k_len - q_len;
+    const int64_t first = left >= 0 ? std::max<int64_t>(0, diagonal - left) : 0;
+    const int64_t last = right >= 0 ? std::min<int64_t>(k_len - 1, diagonal + right) : k_len - 1;
+    if (last >= first) total += static_cast<double>(last - first + 1);
+  }
+  return total;
+}
+
+double masked_reference_work(const Case& c) {
+  double work = 0;
+  for (int b = 0; b < c.batch; ++b) work += visible_keys(c, c.seqlens_q[b], c.seqlens_k[b]);
+  return work * c.heads_q * (c.head_dim + c.head_dim_v);
+}
+
+double input_elements(const Case& c) {
+  double rows_q = 0, rows_k = 0;
+  for (int b = 0; b < c.batch; ++b) {
+    rows_q += c.seqlens_q[b];
+    rows_k += c.seqlens_k[b];
+  }
+  return rows_q * c.heads_q * c.head_dim + rows_k * c.heads_kv * (c.head_dim + c.head_dim_v);
+}
+
+// vLLM's chunked-prefill step in one varlen call: decoding requests (1-4 query rows each: decode and speculative
+// decode) and one or two prefill chunks of 100-1500 rows, decode rows first as vLLM orders them (in one
+// configuration of 4 the requests are shuffled instead). A request's keys include its query rows (vLLM's new
+// tokens are the last of the context), except rarely, where its first rows see no key. Paged K/V mostly, with
+// 16-token pages in half of those, else varlen K; causal, or causal + vLLM's window (w - 1, 0), rarely no mask;
+// num_splits 0 (heuristic), 1, or 2..64 (a ceiling, as vLLM's 32 under CUDA graphs).
+Case random_mixed_case(uint64_t seed, int index) {
+  Draw draw(mix(mix(seed ^ kMixedStream) ^ mix(static_cast<uint64_t>(index))));
+  Case c;
+  const auto [d, dv] = draw.pick(compiled_head_dims());
+  c.head_dim = d;
+  c.head_dim_v = dv;
+  c.heads_kv = draw.pick({1, 1, 2, 4});
+  c.heads_q = c.heads_kv * draw.pick({1, 2, 4, 8});
+  c.varlen_q = true;
+
+  struct Request {
+    int q, k;
+    bool prefill;
+  };
+  std::vector<Request> requests;
+  const int decodes = draw.uniform(2, 30);
+  for (int i = 0; i < decodes; ++i) {
+    const int q = draw.uniform(1, 4);
+    const int k = draw.chance(0.05) ? draw.uniform(0, q - 1) : q + draw.length(1500);
+    requests.push_back({q, k, false});
+  }
+  const int prefills = draw.chance(0.3) ? 2 : 1;
+  for (int i = 0; i < prefills; ++i) {
+    const int q = draw.uniform(kMinPrefillRows, 1500);
+    requests.push_back({q, q + (draw.chance(0.4) ? 0 : draw.uniform(1, 2000)), true});
+  }
+  if (draw.chance(0.25)) {
+    std::mt19937_64 order(draw.bits());
+    std::shuffle(requests.begin(), requests.end(), order);
+  }
+
+  switch (draw.uniform(0, 4)) {
+    case 0:
+      c.kv = KvLayout::kVarlen;
+      c.spare_k_rows = draw.pick({0, 0, 3});
+      break;
+    default:
+      c.kv = KvLayout::kPaged;
+      c.page_size = draw.chance(0.5) ? 16 : 16 * draw.uniform(1, 16);
+      c.spare_pages = draw.uniform(1, 4);
+      break;
+  }
+  c.spare_q_rows = draw.pick({0, 0, 2});
+  c.extra_max_seqlen = draw.pick({0, 0, 0, 7, 100});
+  c.strided = draw.chance(0.25);
+  switch (draw.uniform(0, 9)) {
+    case 9:  // no mask (cross-attention-like)
+      break;
+    case 7:
+    case 8:
+      c.causal = true;
+      c.window_left = draw.pick({0, 15, 127, 255, 1023});
+      c.window_right = 0;
+      break;
+    default:
+      c.causal = true;
+      break;
+  }
+  const DescaleForm forms[] = {DescaleForm::kNone, DescaleForm::kScalar, DescaleForm::kPerBatchHead,
+                               DescaleForm::kBroadcastAll, DescaleForm::kBroadcastBatch};
+  c.descale_q = forms[draw.uniform(0, 4)];
+  c.descale_k = forms[draw.uniform(0, 4)];
+  c.descale_v = forms[draw.uniform(0, 4)];
+  c.sink = draw.pick({SinkType::kNone, SinkType::kNone, SinkType::kF32, SinkType::kBF16});
+  c.out_dtype = draw.chance(0.5) ? FP8ATTN_DTYPE_BF16 : FP8ATTN_DTYPE_F16;
+  c.lse = draw.chance(0.85);
+  switch (draw.uniform(0, 5)) {
+    case 0:
+    case 1:
+      c.num_splits = 0;
+      break;
+    case 2:
+      c.num_splits = 1;
+      break;
+    default:
+      c.num_splits = draw.uniform(2, 64);
+      break;
+  }
+  c.splits_exact = false;  // read as the public API reads it (a ceiling), as vLLM's calls are
+  c.seed = draw.bits();
+
+  auto store = [&] {
+    c.batch = static_cast<int>(requests.size());
+    c.seqlens_q.clear();
+    c.seqlens_k.clear();
+    for (const Request& r : requests) {
+      c.seqlens_q.push_back(r.q);
+      c.seqlens_k.push_back(r.k);
+    }
+  };
+  store();
+  // Within the budgets, shrinking first what keeps the step's shape longest: the decoding requests' keys when
+  // the inputs are too many (they are most of them), the chunks' earlier context, the chunks' rows (never below
+  // kMinPrefillRows), and last the decoding requests' keys when the reference work is still too much.
+  while (true) {
+    const bool input_over = input_elements(c) > kMixedInputBudget;
+    if (!input_over && masked_reference_work(c) <= kMixedWorkBudget) break;
+    bool shrunk = false;
+    auto shrink_context = [&](bool prefill) {
+      for (Request& r : requests) {
+        if (r.prefill == prefill && r.k > r.q) {
+          r.k = r.q + (r.k - r.q) / 2;
+          shrunk = true;
+        }
+      }
+    };
+    if (input_over) shrink_context(false);
+    if (!shrunk) shrink_context(true);
+    if (!shrunk) {
+      for (Request& r : requests) {
+        if (r.prefill && r.q > kMinPrefillRows) {
+          r.q = r.k = std::max(kMinPrefillRows, r.q * 3 / 4);
+          shrunk = true;
+        }
+      }
+    }
+    if (!shrunk) shrink_context(false);
+    if (!shrunk) break;
+    store();
+  }
+  return c;
+}
+
+// Configuration i of a run: a mixed step (kMixedShare) or random_case's, then vLLM 0.34's row-halves K/V for a
+// share of either.
+Case fuzz_case(uint64_t seed, int index) {
+  Draw kind(mix(mix(seed ^ kMixedStream ^ 1) ^ mix(static_cast<uint64_t>(index))));
+  Case c = kind.chance(kMixedShare) ? random_mixed_case(seed, index) : random_case(seed, index);
+  Draw rows(mix(mix(seed ^ kRowsStream) ^ mix(static_cast<uint64_t>(index))));
+  if (rows.chance(kRowHalvesShare)) {
+    c.kv_rows = rows.chance(0.5) ? KvRows::kRowHalvesHnd : KvRows::kRowHalvesNhd;
+    c.kv_layers = rows.pick({1, 1, 2, 3});
+  }
+  return c;
+}
+
 std::string replay_command(uint64_t seed, int index) {
   return "FP8ATTN_FUZZ_SEED=" + std::to_string(seed) + " FP8ATTN_FUZZ_ONLY=" + std::to_string(index) +
          " build/tests/fp8attn_gpu_tests --gtest_filter='Fuzz.*'";
@@ -188,7 +380,7 @@ TEST(Fuzz, RandomConfigurationsMatchTheReference) {
   int run = 0, failed = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int i = first; i < last; ++i) {
-    const Case c = random_case(seed, i);
+    const Case c = fuzz_case(seed, i);
     std::string failure;
     bool context_lost = false;
     try {

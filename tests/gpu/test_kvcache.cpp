@@ -30,7 +30,9 @@
 // block-table entries past each request's last page an invalid page id, K/V rows past seqused_k NaN.
 // KvCacheEdgeCases adds the decode shapes of bench/decode_shapes.json (reduced batch; three with
 // max_seqlen_k = 32768 as vLLM captures them), empty requests (seqused_k = 0), more splits than KV blocks,
-// fully masked rows, exact page multiples and pages of 48/80 tokens. vLLM's exact cache with a column-sliced block table under CUDA graphs is in test_cuda_graph.cpp.
+// fully masked rows, exact page multiples and pages of 48/80 tokens, and vLLM 0.34's cache (K and V the two
+// halves of each cache row, HND / NHD / layer-interleaved) at every head dim. vLLM's exact cache with a
+// column-sliced block table under CUDA graphs is in test_cuda_graph.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -370,6 +372,68 @@ std::vector<NamedCase> edge_cases() {
     c.window_right = 2;
     c.num_splits = 3;
     add("window_left100_right2_page32_splits3", c);
+  }
+
+  // ---- vLLM 0.34's cache: K and V the two halves of each cache row (V = K + d bytes) ----
+  // [num_blocks, Hkv, page, 2d] viewed .transpose(1, 2).split(d) (HND), the NHD order, and layer-interleaved
+  // buffers (page stride = layers pages, the other layers NaN); every head-dim pair meets every form, over decode,
+  // speculative decode and a mixed step (decoding requests first, then a prefill chunk), with vLLM's descales
+  // (.expand((B, Hkv)) of a per-tensor and a per-kv-head scale) and num_splits 0, 32 (its CUDA-graph value), 1, 3.
+  {
+    struct RowsSpec {
+      const char* name;
+      KvRows rows;
+      int layers;
+    };
+    constexpr RowsSpec kRows[] = {{"halves_hnd", KvRows::kRowHalvesHnd, 1},
+                                  {"halves_nhd", KvRows::kRowHalvesNhd, 1},
+                                  {"halves_hnd_layers3", KvRows::kRowHalvesHnd, 3},
+                                  {"halves_nhd_layers2", KvRows::kRowHalvesNhd, 2}};
+    constexpr int kRowsPages[] = {16, 64, 32, 256};
+    constexpr int kRowsSplits[] = {0, 32, 1, 3};
+    int i = 0;
+    for (int hd_i = 0; hd_i < kNumHeadDims; ++hd_i) {
+      for (const RowsSpec& rows : kRows) {
+        const HeadDims& hd = kHeadDims[hd_i];
+        const BatchKind kind = kBatchKinds[i % 3];
+        const HeadsSpec& heads = kHeads[(i + i / 3) % 4];
+        std::vector<int> q_tokens, keys;
+        switch (kind) {
+          case BatchKind::kDecode:
+            q_tokens = {1, 1, 1, 1};
+            keys = {1, 17, 1000, 256};
+            break;
+          case BatchKind::kSpecDecode:
+            q_tokens = {4, 4, 4};
+            keys = {4, 515, 33};
+            break;
+          case BatchKind::kMixed:
+            q_tokens = {1, 2, 1, 300};
+            keys = {700, 2, 16, i % 2 ? 300 : 1100};
+            break;
+        }
+        Case c = paged_case(hd.d, hd.dv, heads.q, heads.kv, kRowsPages[(i + 2 * hd_i) % 4], q_tokens, keys, seed++);
+        set_vllm_decode(&c);
+        c.kv_rows = rows.rows;
+        c.kv_layers = rows.layers;
+        c.num_splits = kRowsSplits[(i + hd_i) % 4];  // every form meets every split count over the head dims
+        c.splits_exact = c.num_splits != 32;  // 32: vLLM's, a ceiling as the public API reads it
+        c.descale_q = DescaleForm::kBroadcastAll;
+        c.descale_k = i % 2 ? DescaleForm::kBroadcastBatch : DescaleForm::kBroadcastAll;
+        c.descale_v = i % 2 ? DescaleForm::kBroadcastAll : DescaleForm::kBroadcastBatch;
+        if (i % 5 == 2) {  // vLLM's sliding-window layers: (w - 1, 0)
+          c.window_left = 255;
+          c.window_right = 0;
+        }
+        c.sink = i % 6 == 1 ? SinkType::kBF16 : SinkType::kNone;
+        c.spare_q_rows = i % 3 == 2 ? 3 : 0;
+        add(std::string("vllm034_") + rows.name + "_" + head_dims_label(hd) + "_" + batch_kind_label(kind) + "_" +
+                heads.name + "_page" + std::to_string(c.page_size) + "_" + splits_label(c.num_splits) +
+                (c.window_left >= 0 ? "_w256" : "") + sink_label(c.sink),
+            c);
+        ++i;
+      }
+    }
   }
   return cases;
 }

@@ -187,7 +187,7 @@ INSTANTIATE_TEST_SUITE_P(OneSplit, LongKv, ::testing::ValuesIn(kLimits),
 // The mean bar on the other P V paths. d128 prefill (above) gets its row sums from the ones block inside the
 // P V GEMM; d192/d256 run P V in dv chunks with a separate P x ones GEMM, and decode tiles (64 rows, PackGQA)
 // in 32-wide chunks with the same separate GEMM. A 160-key d128 variant with the separate GEMM moved the mean by
-// -0.035% (docs/perf.md run 22), so each path is held to the same 0.03%.
+// -0.035% (measured on an H200; not kept), so each path is held to the same 0.03%.
 struct MeanPath {
   const char* name;
   int head_dim;

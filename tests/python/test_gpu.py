@@ -5,7 +5,10 @@ slice of a larger NaN buffer, to catch writes past the end), and, for paged K/V,
 whose unused pages and unused table entries are NaN pages. Page tails past a sequence's length hold
 finite garbage (±448): a key read there would change the result, but it must not be NaN, because a
 masked key still enters the PV product as 0 × V and 0 × NaN is NaN; vLLM's page tails hold stale finite
-values, never NaN.
+values, never NaN. The tests of vLLM 0.34's cache layout (the last section) are stricter: there everything
+but the rows a sequence uses stays NaN, page tails included, which the kernel must never let reach the
+output (it zeroes V past a sequence's keys before PV and sets their scores to -inf, as the C++ harness's
+NaN page tails also check).
 
 A case whose kernel is not in this build is skipped only in a dev build (FP8ATTN_HEAD_DIMS subset); in a
 full build it fails.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -340,3 +344,273 @@ def test_torch_compile_fullgraph_matches_eager() -> None:
     torch.cuda.synchronize()
     assert torch.equal(compiled, eager) and torch.equal(compiled_lse, eager_lse)
     assert torch.equal(compiled_out, eager_out), "the compiled call did not write the caller's out"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vLLM 0.34's call on vLLM 0.34's cache (shared/notes/vllm-0.34-call.md (a), the "k, v" row): one cache tensor
+# [num_blocks, Hkv, page, 2d] whose rows hold K in their first d bytes and V in their last d bytes, viewed
+# .transpose(1, 2) -> [num_blocks, page, Hkv, 2d] and .split(d, dim=-1): K and V are strided views of the same
+# bytes with V = K + d, rows 2d apart, heads page * 2d apart. Also the NHD order ([num_blocks, page, Hkv, 2d],
+# heads 2d apart) and a layer-interleaved buffer [num_blocks, layers, page...] whose per-layer view has a page
+# stride of layers pages. One varlen call serves decode, spec-decode and mixed prefill + decode batches; the
+# descales are vLLM's expand()ed layer scales; num_splits is 0 or vLLM's full-CUDA-graph value 32.
+#
+# Everything in the cache but the rows a sequence uses is NaN: unused pages, the other layers, and the rows past
+# seqused_k inside each sequence's last page (both halves). The block table is shuffled, its unused entries
+# point at NaN pages, and out is a NaN-filled slice of a longer buffer.
+# ---------------------------------------------------------------------------------------------------------------
+
+VLLM034_LAYOUTS = ("hnd", "nhd", "hnd_layers", "nhd_layers")
+VLLM034_NUM_LAYERS = 3          # layer-interleaved buffers; the call uses the middle layer
+VLLM034_GQA = [(8, 8), (32, 8), (32, 4)]  # (Hq, Hkv): groups 1, 4 and 8
+VLLM034_HEAD_DIMS = [128, 256]
+VLLM_GRAPH_SPLITS = 32          # flash_attn_max_num_splits_for_cuda_graph (config/attention.py:66)
+VLLM_MAX_CAPTURE_TOKENS = 512   # vLLM passes num_splits=32 only for batches of at most this many tokens
+VLLM_GRAPH_MAX_SEQLEN_K = 8192  # a capture-time max_seqlen_k bound, far above the real lengths
+
+
+@dataclass
+class Vllm034Cache:
+    k: "torch.Tensor"             # [num_blocks, PAGE, Hkv, d] E4M3 view: the first halves of the cache rows
+    v: "torch.Tensor"             # the second halves: v.data_ptr() == k.data_ptr() + d, same strides
+    block_table: "torch.Tensor"   # [B, width] int32: the first B rows of a larger (persistent) table
+    seqused_k: "torch.Tensor"     # [B] int32
+    buffer: "torch.Tensor"        # the whole allocation as bytes (every layer)
+
+
+def make_vllm034_cache(contexts: list[int], hkv: int, d: int, *, layout: str, table_width: int,
+                       spare_pages: int = 6) -> Vllm034Cache:
+    """vLLM 0.34's FP8 KV cache in ``layout`` (VLLM034_LAYOUTS), filled with NaN except the first contexts[b]
+    rows of each sequence's pages, which are random E4M3 K (first half) and V (second half)."""
+    assert layout in VLLM034_LAYOUTS and spare_pages >= 1
+    pages_per_seq = [math.ceil(c / PAGE) for c in contexts]
+    used_pages = sum(pages_per_seq)
+    num_blocks = used_pages + spare_pages
+    layers = VLLM034_NUM_LAYERS if layout.endswith("_layers") else 1
+    hnd = layout.startswith("hnd")
+    page_shape = (hkv, PAGE, 2 * d) if hnd else (PAGE, hkv, 2 * d)
+    # Bytes, as vLLM allocates the cache; viewed as E4M3 at the end (flash_attn.py:1310-1313).
+    buffer = torch.full((num_blocks, layers, *page_shape), NAN_E4M3_BYTE, dtype=torch.uint8, device=CUDA)
+    kv_cache = buffer[:, layers // 2]                      # this layer: [num_blocks, *page_shape]
+    rows = kv_cache.transpose(1, 2) if hnd else kv_cache   # [num_blocks, PAGE, Hkv, 2d]
+    k_bytes, v_bytes = rows.split(d, dim=-1)
+    # The layout this test is about, checked before use: a wrong view would pass as another layout.
+    page_stride = layers * hkv * PAGE * 2 * d
+    row_stride, head_stride = (2 * d, PAGE * 2 * d) if hnd else (hkv * 2 * d, 2 * d)
+    assert k_bytes.stride() == v_bytes.stride() == (page_stride, row_stride, head_stride, 1), k_bytes.stride()
+    assert v_bytes.data_ptr() == k_bytes.data_ptr() + d
+
+    order = torch.randperm(num_blocks, device=CUDA)
+    data_pages, nan_pages = order[:used_pages], order[used_pages:]
+    table_rows = len(contexts) + 3
+    table = nan_pages[torch.randint(len(nan_pages), (table_rows, table_width), device=CUDA)].to(torch.int32)
+    page_index, row_index = [], []
+    start = 0
+    for b, (ctx, n) in enumerate(zip(contexts, pages_per_seq)):
+        pages = data_pages[start:start + n]
+        start += n
+        table[b, :n] = pages.to(torch.int32)
+        position = torch.arange(ctx, device=CUDA)
+        page_index.append(pages[position // PAGE])
+        row_index.append(position % PAGE)
+    total = sum(contexts)
+    if total:
+        pages_of_rows, rows_in_page = torch.cat(page_index), torch.cat(row_index)
+        # index_put_ on the strided views writes into `buffer`: only these rows' halves change.
+        k_bytes[pages_of_rows, rows_in_page] = fp8_randn(total, hkv, d).view(torch.uint8)
+        v_bytes[pages_of_rows, rows_in_page] = fp8_randn(total, hkv, d).view(torch.uint8)
+    # No finite E4M3 value is the NaN byte: exactly the written rows' K and V bytes differ from it.
+    written = int((buffer != NAN_E4M3_BYTE).sum())
+    assert written == 2 * total * hkv * d, f"cache construction wrote {written} bytes, expected {2 * total * hkv * d}"
+    seqused = torch.tensor(contexts, dtype=torch.int32, device=CUDA)
+    return Vllm034Cache(k=k_bytes.view(E4M3), v=v_bytes.view(E4M3), block_table=table[:len(contexts)],
+                        seqused_k=seqused, buffer=buffer)
+
+
+def vllm_scale(form: str, batch: int, hkv: int) -> "torch.Tensor":
+    """A descale as vLLM 0.34 passes it: the layer's scale .expand((B, Hkv)) (flash_attn.py:1197-1214, 1322-1329).
+    '0d': a 0-d per-tensor scale, strides (0, 0); 'per_head': an [Hkv] per-kv-head scale, strides (0, 1)."""
+    if form == "0d":
+        scale, strides = torch.rand((), device=CUDA) + 0.5, (0, 0)
+    elif form == "per_head":
+        scale, strides = torch.rand(hkv, device=CUDA) + 0.5, (0, 1)
+    else:
+        raise ValueError(form)
+    expanded = scale.expand(batch, hkv)
+    assert expanded.stride() == strides
+    return expanded
+
+
+@dataclass
+class Vllm034Batch:
+    q: "torch.Tensor"             # [N, Hq, d] E4M3: the first N rows of a longer NaN query buffer (query[:N])
+    cache: Vllm034Cache
+    cu_seqlens_q: "torch.Tensor"
+    max_seqlen_q: int
+    max_seqlen_k: int
+    descales: tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]
+    requests: list[tuple[int, int]]  # (query tokens, context incl. them) per request, in batch order
+
+
+def make_vllm034_batch(requests: list[tuple[int, int]], *, d: int, hq: int, hkv: int, layout: str,
+                       descale_forms: tuple[str, str, str] = ("0d", "per_head", "0d"),
+                       max_seqlen_k: Optional[int] = None) -> Vllm034Batch:
+    """One step's batch: requests (q_len, context) in vLLM's order (decode rows first, then prefill chunks)."""
+    q_lens = [q for q, _ in requests]
+    contexts = [c for _, c in requests]
+    max_seqlen_k = max_seqlen_k or max(contexts)
+    assert max_seqlen_k >= max(contexts)
+    cache = make_vllm034_cache(contexts, hkv, d, layout=layout, table_width=math.ceil(max_seqlen_k / PAGE))
+    total_q = sum(q_lens)
+    q_buffer = torch.full((total_q + 8, hq, d), NAN_E4M3_BYTE, dtype=torch.uint8, device=CUDA)
+    q_buffer[:total_q] = fp8_randn(total_q, hq, d).view(torch.uint8)
+    batch = len(requests)
+    descales = tuple(vllm_scale(form, batch, hkv) for form in descale_forms)
+    return Vllm034Batch(q=q_buffer.view(E4M3)[:total_q], cache=cache, cu_seqlens_q=cu_seqlens(q_lens),
+                        max_seqlen_q=max(q_lens), max_seqlen_k=max_seqlen_k, descales=descales, requests=requests)
+
+
+def call_vllm034(batch: Vllm034Batch, *, window_left: int, num_splits: int, sink: Optional["torch.Tensor"] = None,
+                 return_lse: bool = False, out_dtype: "torch.dtype" = torch.bfloat16
+                 ) -> tuple["torch.Tensor", Optional["torch.Tensor"]]:
+    """FlashAttentionImpl.forward's main call (flash_attn.py:1437-1462) with vLLM 0.34's keywords, into a
+    NaN-poisoned out that is a slice of a longer NaN buffer; returns (out, lse or None)."""
+    total_q, hq, d = batch.q.shape
+    buf, out = nan_like_out((total_q, hq, d), out_dtype, extra_rows=7)
+    qs, ks, vs = batch.descales
+    window = [window_left, 0] if window_left >= 0 else [-1, -1]
+    result = run(lambda: fp8attn.flash_attn_varlen_func(
+        q=batch.q, k=batch.cache.k, v=batch.cache.v, out=out, cu_seqlens_q=batch.cu_seqlens_q,
+        max_seqlen_q=batch.max_seqlen_q, seqused_k=batch.cache.seqused_k, max_seqlen_k=batch.max_seqlen_k,
+        softmax_scale=d ** -0.5, causal=True, window_size=window, block_table=batch.cache.block_table,
+        softcap=0, return_softmax_lse=return_lse, scheduler_metadata=None, q_descale=qs, k_descale=ks,
+        v_descale=vs, num_splits=num_splits, fa_version=3, s_aux=sink, mask_mod=None, aux_tensors=None,
+        dynamic_causal=None))
+    torch.cuda.synchronize()
+    got, lse = result if return_lse else (result, None)
+    assert got is out
+    assert torch.isnan(buf[total_q:].float()).all(), "rows past out's end were written"
+    return out, lse
+
+
+def check_vllm034(batch: Vllm034Batch, out: "torch.Tensor", lse: Optional["torch.Tensor"], *, window_left: int,
+                  sink: Optional["torch.Tensor"], what: str) -> None:
+    """The fp64 reference on the same views (reference.gather_keys reads K and V through them) and its bar."""
+    qs, ks, vs = batch.descales
+    d = batch.q.shape[-1]
+    ref = reference.varlen_reference(batch.q, batch.cache.k, batch.cache.v, batch.cu_seqlens_q,
+                                     seqused_k=batch.cache.seqused_k, block_table=batch.cache.block_table,
+                                     q_descale=qs, k_descale=ks, v_descale=vs, softmax_scale=d ** -0.5, causal=True,
+                                     window=(window_left, 0) if window_left >= 0 else (-1, -1), sink=sink,
+                                     out_dtype=out.dtype)
+    what = f"{what} requests(q,ctx)={batch.requests}"
+    reference.check_output(out, ref, what)
+    if lse is not None:
+        reference.check_lse(lse, ref.lse, f"{what} lse", score_magnitude=ref.score_magnitude)
+
+
+def vllm_decode_requests(q_tokens: int, count: int = 24) -> list[tuple[int, int]]:
+    """Decode (q_tokens = 1) or spec-decode requests: page-border contexts and random ones up to 3000."""
+    edges = [q_tokens, PAGE, PAGE + 1, 2 * PAGE - 1, 64 * PAGE, 3001]
+    contexts = edges + [random.randint(q_tokens, 3000) for _ in range(count - len(edges))]
+    random.shuffle(contexts)
+    return [(q_tokens, ctx) for ctx in contexts]
+
+
+def vllm_mixed_requests(num_splits: int, decode_q: int = 1) -> list[tuple[int, int]]:
+    """One chunked-prefill step: 5-40 decoding requests first, then one prefill chunk of 200-1100 tokens after
+    0-2000 tokens of earlier context (vLLM's order). With num_splits = 32 the step has at most 512 tokens, as
+    vLLM passes 32 only to steps that fit its CUDA-graph capture sizes."""
+    decodes = [(decode_q, random.randint(decode_q, 3000)) for _ in range(random.randint(5, 40))]
+    decodes[0] = (decode_q, max(decode_q, 1))    # a request at its first decoded token
+    decodes[-1] = (decode_q, PAGE + 1)            # one key into its second page
+    decode_tokens = decode_q * len(decodes)
+    longest_chunk = 1100 if num_splits == 0 else VLLM_MAX_CAPTURE_TOKENS - decode_tokens
+    chunk = random.randint(200, longest_chunk)
+    return decodes + [(chunk, random.randint(0, 2000) + chunk)]
+
+
+@pytest.mark.parametrize("num_splits", [0, VLLM_GRAPH_SPLITS])
+@pytest.mark.parametrize("q_tokens", [1, 4])
+@pytest.mark.parametrize("hq,hkv", VLLM034_GQA)
+@pytest.mark.parametrize("d", VLLM034_HEAD_DIMS)
+def test_vllm034_cache_decode(d: int, hq: int, hkv: int, q_tokens: int, num_splits: int) -> None:
+    """Decode (1 query per request) and spec-decode (4) steps on the [nb, Hkv, page, 2d] cache."""
+    batch = make_vllm034_batch(vllm_decode_requests(q_tokens), d=d, hq=hq, hkv=hkv, layout="hnd",
+                               descale_forms=("0d", "per_head", "0d"))
+    out, _ = call_vllm034(batch, window_left=-1, num_splits=num_splits)
+    check_vllm034(batch, out, None, window_left=-1, sink=None,
+                  what=f"vLLM 0.34 decode d={d} hq={hq} hkv={hkv} q_tokens={q_tokens} num_splits={num_splits}")
+
+
+@pytest.mark.parametrize("window_left", [-1, 255])
+@pytest.mark.parametrize("num_splits", [0, VLLM_GRAPH_SPLITS])
+@pytest.mark.parametrize("hq,hkv", VLLM034_GQA)
+@pytest.mark.parametrize("d", VLLM034_HEAD_DIMS)
+def test_vllm034_cache_mixed_batch(d: int, hq: int, hkv: int, num_splits: int, window_left: int) -> None:
+    """A chunked-prefill step in ONE varlen call: decoding requests, then a 200-1100-token prefill chunk;
+    causal, and with a sliding window (w - 1, 0) for w = 256."""
+    requests = vllm_mixed_requests(num_splits)
+    batch = make_vllm034_batch(requests, d=d, hq=hq, hkv=hkv, layout="hnd",
+                               descale_forms=("per_head", "0d", "per_head"))
+    out, _ = call_vllm034(batch, window_left=window_left, num_splits=num_splits)
+    check_vllm034(batch, out, None, window_left=window_left, sink=None,
+                  what=f"vLLM 0.34 mixed d={d} hq={hq} hkv={hkv} num_splits={num_splits} window_left={window_left}")
+
+
+@pytest.mark.parametrize("num_splits", [0, VLLM_GRAPH_SPLITS])
+@pytest.mark.parametrize("kind", ["decode", "spec_decode", "mixed"])
+@pytest.mark.parametrize("layout", ["nhd", "hnd_layers", "nhd_layers"])
+@pytest.mark.parametrize("d", VLLM034_HEAD_DIMS)
+def test_vllm034_cache_layouts(d: int, layout: str, kind: str, num_splits: int) -> None:
+    """The other layouts: NHD rows, and a layer-interleaved buffer (page stride = 3 pages), in HND and NHD
+    order. With num_splits = 32, max_seqlen_k is a capture-time bound (8192) far above the real lengths; the
+    LSE is checked too."""
+    hq, hkv = 32, 8
+    if kind == "mixed":
+        requests = vllm_mixed_requests(num_splits, decode_q=random.choice([1, 2]))
+    else:
+        requests = vllm_decode_requests(1 if kind == "decode" else 4, count=16)
+    forms = {"decode": ("0d", "per_head", "0d"), "spec_decode": ("per_head", "per_head", "per_head"),
+             "mixed": ("0d", "0d", "per_head")}[kind]
+    # The spec-decode step of a model with sinks: bf16 sinks in the model dtype, as vLLM passes them.
+    sink = torch.randn(hq, device=CUDA).to(torch.bfloat16) if kind == "spec_decode" else None
+    window_left = 1023 if kind == "mixed" else -1
+    batch = make_vllm034_batch(requests, d=d, hq=hq, hkv=hkv, layout=layout, descale_forms=forms,
+                               max_seqlen_k=VLLM_GRAPH_MAX_SEQLEN_K if num_splits else None)
+    out, lse = call_vllm034(batch, window_left=window_left, num_splits=num_splits, sink=sink, return_lse=True)
+    check_vllm034(batch, out, lse, window_left=window_left, sink=sink,
+                  what=f"vLLM 0.34 layout={layout} {kind} d={d} num_splits={num_splits}")
+
+
+@pytest.mark.parametrize("num_splits", [0, VLLM_GRAPH_SPLITS])
+@pytest.mark.parametrize("pattern", ["padded_tail", "alternate", "all"])
+@pytest.mark.parametrize("sink_dtype", [torch.float32, torch.bfloat16])
+def test_vllm_sink_padded_with_neg_inf(sink_dtype: Any, pattern: str, num_splits: int) -> None:
+    """vLLM pads s_aux with -inf for heads that have no sink (weight_utils.py:1643-1651). A head whose sink is
+    -inf must give exactly the no-sink result (out and LSE, bit for bit against a call without s_aux); the
+    other heads must match the reference with their sink. The batch mixes decode, spec-decode and a prefill
+    chunk, and has rows with no visible key (a request with 0 keys, and one with 2 keys for 4 queries): there
+    a -inf sink gives out 0 and LSE -inf, a finite sink out 0 and LSE = sink."""
+    d, hq, hkv = 128, 32, 8
+    requests = [(1, 700), (4, 2), (1, 0), (4, 33), (1, 1), (1, 2049), (4, 1500), (300, 450)]
+    batch = make_vllm034_batch(requests, d=d, hq=hq, hkv=hkv, layout="hnd")
+    sink = torch.randn(hq, device=CUDA) * 2
+    neg = torch.zeros(hq, dtype=torch.bool, device=CUDA)
+    if pattern == "padded_tail":
+        neg[hq - hq // 4:] = True    # e.g. 24 heads with sinks padded to 32
+    elif pattern == "alternate":
+        neg[::2] = True
+    else:
+        neg[:] = True
+    sink = sink.masked_fill(neg, float("-inf")).to(sink_dtype)
+    assert torch.isneginf(sink.float()).sum() == neg.sum()
+    what = f"s_aux {sink_dtype} -inf {pattern} num_splits={num_splits}"
+
+    out, lse = call_vllm034(batch, window_left=-1, num_splits=num_splits, sink=sink, return_lse=True)
+    check_vllm034(batch, out, lse, window_left=-1, sink=sink, what=what)
+    plain_out, plain_lse = call_vllm034(batch, window_left=-1, num_splits=num_splits, sink=None, return_lse=True)
+    check_vllm034(batch, plain_out, plain_lse, window_left=-1, sink=None, what=f"{what} (no s_aux)")
+    heads = neg.nonzero().flatten()
+    assert torch.equal(out[:, heads], plain_out[:, heads]), f"{what}: a -inf sink head differs from no sink (out)"
+    assert torch.equal(lse[heads], plain_lse[heads]), f"{what}: a -inf sink head differs from no sink (lse)"
