@@ -162,3 +162,117 @@ def test_decode_call_passes_exactly_one_key_length_argument(monkeypatch: pytest.
         assert kwargs["cu_seqlens_k"].tolist() == [0, 64, 128]
     else:
         assert kwargs["seqused_k"].tolist() == [64, 64]
+
+
+# ---- bench_vllm.py: the vLLM 0.34 replay's planning (pure Python) and its vLLM-shaped inputs ----------------------
+
+import bench_vllm  # noqa: E402  (its planning imports no torch: --dry-run runs without it)
+
+
+def test_vllm_num_splits_is_32_up_to_the_largest_captured_graph() -> None:
+    assert bench_vllm.vllm_num_splits(1) == bench_vllm.vllm_num_splits(512) == 32
+    assert bench_vllm.vllm_num_splits(513) == 0
+
+
+def test_prefill_chunks_give_the_decodes_their_tokens_first() -> None:
+    assert bench_vllm.prefill_chunks(10000, 8192, 96) == [(8096, 8096), (1904, 10000)]
+    assert bench_vllm.prefill_chunks(4096, 2048, 128) == [(1920, 1920), (1920, 3840), (256, 4096)]
+    with pytest.raises(ValueError, match="no room"):
+        bench_vllm.prefill_chunks(100, 64, 64)
+
+
+def test_mixed_steps_are_one_call_with_the_decodes_first() -> None:
+    plans = bench_vllm.mixed_plans(32768)
+    assert len(plans) >= 6 and plans == bench_vllm.mixed_plans(32768)  # seeded: the same rows every run
+    for plan, (model, budget, n_decode, _, _) in zip(plans, bench_vllm.MIXED_STEPS):
+        chunk = plan.q_lens[-1]
+        assert plan.model == model and plan.n_decode == n_decode == plan.requests - 1
+        assert plan.q_lens[:n_decode] == [1] * n_decode and 512 <= chunk <= 4096 and plan.tokens <= budget
+        assert all(1024 <= c <= 8192 for c in plan.contexts[:n_decode]) and plan.contexts[-1] >= chunk
+        assert plan.num_splits == 0 and plan.name.endswith("@0")  # > 512 tokens: vLLM passes 0
+    assert {p.model for p in plans} == set(bench_vllm.MODELS)
+
+
+def test_decode_and_spec_rows() -> None:
+    shapes = json.loads(bench_decode.shapes_path().read_text())
+    plans = bench_vllm.build_plans(["decode", "spec"], shapes)
+    decode = [p for p in plans if p.kind == "decode"]
+    assert [p.name for p in decode[:2]] == [f"{shapes['shapes'][0]['name']}@32", f"{shapes['shapes'][0]['name']}@0"]
+    assert len(decode) == 2 * len(shapes["shapes"]) and {p.max_seqlen_k for p in plans} == {shapes["max_seqlen_k"]}
+    spec = [p for p in plans if p.kind == "spec"]
+    assert spec and all(p.num_splits == 32 and p.tokens <= 512 and set(p.q_lens) == {4} for p in spec)
+
+
+def test_models_match_the_decode_shapes_of_the_same_model() -> None:
+    for shape in json.loads(bench_decode.shapes_path().read_text())["shapes"]:
+        model = shape["name"].rsplit("-", 2)[0]
+        if model in bench_vllm.MODELS:
+            geometry = bench_vllm.MODELS[model]
+            assert [geometry[k] for k in ("q_heads", "kv_heads", "d", "window_left")] == \
+                [shape[k] for k in ("q_heads", "kv_heads", "d", "window_left")], shape["name"]
+
+
+def test_vllm_kv_bytes_count_each_requests_visible_keys() -> None:
+    plan = bench_vllm.model_plan("g", "mixed", "gemma4-31b-tp4", [1, 2000], [5000, 3000], 32768, n_decode=1)
+    # window 1024: the decode sees 1024 keys, the 2000-row chunk min(3000, 1023 + 2000) = 3000.
+    assert bench_vllm.kv_bytes(plan) == 2 * (1024 + 3000) * 4 * 256
+    assert plan.window_size == (1023, 0) and plan.softmax_scale == 1.0
+
+
+def test_vllm_rows_option_and_signature_check(tmp_path: Path) -> None:
+    assert bench_vllm.parse_kinds("spec,decode") == ["decode", "spec"]
+    with pytest.raises(Exception, match="--rows"):
+        bench_vllm.parse_kinds("decode,prefill")
+    source = tmp_path / "interface.py"
+    source.write_text("def flash_attn_varlen_func(q, k, v, *, mask_mod=None):\n    pass\n")
+    assert bench_vllm.missing_vllm_keywords(source) == ["dynamic_causal", "aux_tensors"]
+
+
+def test_vllm_dry_run_needs_no_gpu() -> None:
+    import subprocess
+
+    result = subprocess.run([sys.executable, str(Path(bench_vllm.__file__)), "--dry-run", "--rows", "mixed"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "-mixed-b2048-" in result.stdout and "num_splits" in result.stdout
+
+
+def _small_mixed_plan():  # 2 decodes beside a 40-token chunk; 16-token pages
+    return bench_vllm.model_plan("m", "mixed", "llama3.1-70b-tp4", [1, 1, 40], [100, 33, 57], 1024, n_decode=2)
+
+
+def test_vllm_cache_views_are_vllm_034s() -> None:
+    bench_vllm.import_gpu_stack()
+    plan = _small_mixed_plan()
+    inp = bench_vllm.make_inputs(plan, torch.device("cpu"), seed=0)
+    hkv, d = plan.kv_heads, plan.d
+    nb = sum(-(-c // 16) for c in plan.contexts)
+    assert tuple(inp.cache.shape) == (nb, hkv, 16, 2 * d) and inp.cache.dtype == torch.uint8
+    assert tuple(inp.k.shape) == tuple(inp.v.shape) == (nb, 16, hkv, d) and inp.k.dtype == torch.float8_e4m3fn
+    assert inp.k.stride() == (hkv * 16 * 2 * d, 2 * d, 16 * 2 * d, 1)  # rows 2d apart, heads 16 * 2d apart
+    assert inp.v.data_ptr() - inp.k.data_ptr() == d  # V starts d bytes after K
+    full = inp.full
+    assert tuple(full.block_table.shape) == (3, 1024 // 16)
+    assert full.cu_seqlens_q.tolist() == [0, 1, 2, 42] and full.seqused_k.tolist() == [100, 33, 57]
+    assert all(s.shape == (3, hkv) and s.stride() == (0, 0) for s in full.descales)
+    used = [p for row, c in zip(full.block_table.tolist(), plan.contexts) for p in row[:-(-c // 16)]]
+    assert sorted(used) == list(range(nb))
+    decodes, chunk = inp.parts
+    assert (decodes.num_splits, chunk.num_splits) == (32, 32)  # each part <= 512 tokens
+    assert decodes.cu_seqlens_q.tolist() == [0, 1, 2] and chunk.cu_seqlens_q.tolist() == [0, 40]
+    assert chunk.q.data_ptr() == full.q[2:].data_ptr() and chunk.seqused_k.tolist() == [57]
+    assert chunk.out.data_ptr() == inp.separate_out[2:].data_ptr() and chunk.max_seqlen_q == 40
+
+
+def test_vllm_ours_call_passes_vllm_034s_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    bench_vllm.import_gpu_stack()
+    plan = _small_mixed_plan()
+    inp = bench_vllm.make_inputs(plan, torch.device("cpu"), seed=0)
+    seen: list[tuple] = []
+    monkeypatch.setattr(bench_vllm.fp8attn, "flash_attn_varlen_func", lambda *a, **kw: seen.append((a, kw)))
+    bench_vllm.ours_call(plan, inp, inp.full)()
+    ((args, kwargs),) = seen
+    assert args[3:] == (40, inp.full.cu_seqlens_q, 1024) and args[1] is inp.k and args[2] is inp.v
+    assert kwargs["num_splits"] == 32 and kwargs["causal"] is True and kwargs["fa_version"] == 3  # 42 tokens
+    assert kwargs["out"] is inp.full.out and kwargs["window_size"] == (-1, -1)
+    assert all(kwargs[k] is None for k in ("s_aux", "scheduler_metadata", *bench_vllm.VLLM_034_KEYWORDS))
