@@ -8,7 +8,7 @@ alternated over rounds (so that clock and thermal drift falls on all of them ali
 Everything after `--` names the benchmark (prefill or decode) and its arguments; `--ours-only` and `--out-dir`
 are added. Each round's JSON lands in OUT_DIR/<lib>_<round>/; the table printed last has, per row, the median
 over rounds of each library's result and its change against the first library. A row's spread over rounds
-(max/min - 1, per library) is printed too: a change smaller than it is noise (docs/perf.md).
+(max/min - 1, per library) is printed too: a change smaller than it is noise (docs/timing.md).
 """
 
 from __future__ import annotations

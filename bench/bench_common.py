@@ -182,7 +182,7 @@ def time_implementations(fns: dict[str, Callable[[], Any]], *, flush: Optional[L
     back_to_back), each run after an L2 flush.
 
     The card's clocks are not locked: under load they follow the power draw of the last tens of ms, so the
-    clock a kernel is timed at depends on what ran just before it (docs/perf.md run 36). ``interleaved``: after
+    clock a kernel is timed at depends on what ran just before it (docs/timing.md). ``interleaved``: after
     ``warmup`` runs of each, ``iters`` rounds time every fn once, the order rotated by one place per round, so
     that all of them are timed at the same clocks. ``consecutive``: each fn in turn runs untimed for
     ``settle_s`` seconds and then ``iters`` times timed, at the clock its own power draw settles to, as a

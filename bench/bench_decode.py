@@ -9,7 +9,7 @@ own cache, are captured in ONE CUDA graph with an L2 flush of a 64 MB buffer bef
 changes it). Time per layer = (graph time - flush-only graph time) / layers, each the median over replays.
 Each shape is timed under two flushes: zero_() of the buffer (`us`, the file's method) and a read of it
 (`us_read_flush`). zero_() leaves the L2 full of dirty lines that the attention kernel then writes back while it
-reads its K/V (~7 us on every shape larger than the L2, docs/perf.md run 25); the read leaves clean lines, as the
+reads its K/V (~7 us on every shape larger than the L2, docs/timing.md); the read leaves clean lines, as the
 weight reads between two attention layers of a decode step do. FA3 FP8 (when it imports) is timed under both.
 
 HBM floor = bytes the step must move (K and V of the visible keys, q and out) / 4.27 TB/s.

@@ -105,7 +105,7 @@ int main() {
     }
     fp8attn::KernelConfig config = fp8attn::select_config(fp8attn::describe_problem(p, info));
     // The two kernels' launches alternate (the order swapped every iteration), so that both are timed at the
-    // same clocks: the card's clocks are not locked and follow its recent power draw (docs/perf.md run 36).
+    // same clocks: the card's clocks are not locked and follow its recent power draw (docs/timing.md).
     fp8attn::KernelConfig configs[2] = {config, config};
     configs[0].key.two_level = true;
     configs[1].key.two_level = false;

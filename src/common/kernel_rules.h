@@ -19,7 +19,7 @@ constexpr int ctas_per_sm_for(int block_m, int head_dim_v) { return block_m == 6
 // P V after the softmax, through the score registers (mainloop_mma.cuh): where O (dv > 128) leaves no registers
 // for a tile accumulator next to the scores of a 128-key block, each block's P V runs once its scores are
 // converted to P, in dv parts of 128 columns accumulated in the registers that held the scores. It gives up the
-// overlap of one block's P V with the next block's softmax (measured ~0% at d128, docs/perf.md run 3) for
+// overlap of one block's P V with the next block's softmax (measured ~0% at d128; docs/design.md, Measured choices) for
 // 128-key blocks: per key, half the two-level folds and half the per-block work of 64-key blocks.
 constexpr bool pv_after_softmax(int block_m, int block_n, int head_dim_v) {
   return block_m == 128 && block_n == 128 && head_dim_v > 128;

@@ -9,7 +9,7 @@
 // on; the weights then come from shared memory and the split groups are summed in a fixed order. The CTA has
 // as many split groups as the splits need (launch_combine), so a 2-split plan over many rows runs one warp
 // per row. (A warp per row that walked the splits a few loads at a time took ~0.25 us per split after the
-// forward ended: 8 us of a 22 us decode step at 29 splits, docs/perf.md run 18.)
+// forward ended: 8 us of a 22 us decode step at 29 splits; docs/design.md, Measured choices.)
 #include "sm90/combine.h"
 
 #include <cuda_bf16.h>

@@ -9,7 +9,7 @@
 // every row out with one bulk copy (cp.async.bulk, full 128-byte lines, issued by one thread per row). The
 // direct path's 4-byte stores, 8 rows per warp instruction, held the end of every prefill CTA on the store
 // queue: a timing-only build without them took the fixed part of a d256 CTA from ~9 to ~2.5 µs and of a d128
-// CTA from ~5.3 to ~3.5 µs (docs/perf.md run 24).
+// CTA from ~5.3 to ~3.5 µs (docs/design.md, Measured choices).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -71,8 +71,8 @@ struct Epilogue {
     }
 
     // One store loop per destination kind, each with its row addresses computed once: a decode CTA runs this
-    // code once, cold, so its size is its cost (docs/perf.md run 18: one loop that chose the destination and
-    // rebuilt the address per column pair was 36 KB of SASS and took ~3 us per CTA).
+    // code once, cold, so its size is its cost (docs/design.md, Measured choices: one loop that chose the destination
+    // and rebuilt the address per column pair was 36 KB of SASS and took ~3 us per CTA).
     // Each store is the thread's first column's address plus a constant: the column of accumulator i minus
     // that of accumulator 0 is a compile-time offset (the thread's part cancels).
     const int first_col = get<1>(tOcO(0));

@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   const bool is_producer = warpgroup == 0;
   const FwdArgs& args = params.args;
   // The sequence's lengths and offsets first: their global loads (a cold round trip for a decode CTA) are in
-  // flight during the prologue below instead of after it (docs/perf.md run 18).
+  // flight during the prologue below instead of after it (docs/design.md, Measured choices).
   const TileCoord tile = SingleTileScheduler<kBlockM>::tile(args);
   const SeqInfo seq(args, tile.batch);
 
@@ -85,9 +85,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
 
   // Warp 0 has initialised every barrier: in the 128-row kernels thread 0 issues the first loads now, before the
   // ones rows and the CTA barrier, so that their latency overlaps the rest of the prologue
-  // (ProducerLoad::issue_first_loads; prefill at 1k keys +1.1-1.9%, docs/perf.md run 29). The 64-row kernels
-  // (decode, short narrow prefill) do not: their paged and PackGQA loads start after the barrier anyway, and with
-  // the early path the 8 MB decode steps were 0.1 us slower.
+  // (ProducerLoad::issue_first_loads; prefill at 1k keys +1.1-1.9%, docs/design.md, Measured choices). The 64-row
+  // kernels (decode, short narrow prefill) do not: their paged and PackGQA loads start after the barrier anyway, and
+  // with the early path the 8 MB decode steps were 0.1 us slower.
   typename ProducerLoad<Traits>::LoadStates load_states;
   bool first_loads_issued = false;
   if constexpr (kBlockM >= 128) {
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     const int mma_thread = threadIdx.x - Traits::kNumProducerThreads;
     const float qk_descale = args.q_descale.load(tile.batch, kv_head) * args.k_descale.load(tile.batch, kv_head);
     // Read now, used by the finalisation: read there, its round trip sat between the KV loop and the output
-    // (0.36 us of a 16 us d128 1k prefill CTA, docs/perf.md runs 29-30).
+    // (0.36 us of a 16 us d128 1k prefill CTA; docs/design.md, Measured choices).
     const float v_descale = args.v_descale.load(tile.batch, kv_head);
     OnlineSoftmax softmax(args.softmax_scale_log2 * qk_descale);
     typename MainloopMma<Traits>::FragmentO tOrO;
@@ -167,8 +167,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     softmax.finalize(v_descale, sink_log2, o_scale, lse);
     // Programmatic dependent launch: once every CTA is here, the split-KV combine may start launching; it waits
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
-    // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/perf.md run 27;
-    // the likely reason: released early, the combine's CTAs land on the few SMs that happen to be free then).
+    // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/design.md, Measured
+    // choices; the likely reason: released early, the combine's CTAs land on the few SMs that happen to be free then).
     cutlass::arch::launch_dependent_grids();
     Epilogue<Traits>::store(smem, args, seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
   }

@@ -34,7 +34,8 @@ struct KernelParams {
                                          Shape<Int<Traits::kBoxRows>, Int<Traits::kHeadDim>>{}, _1{}));
   using TmaVBox = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(), typename Traits::SmemLayoutVBox{},
                                          Shape<Int<Traits::kBoxRows>, Int<Traits::kHeadDimV>>{}, _1{}));
-  // Dense and varlen K/V: one TMA per tile. Measured: 16% faster prefill than 16-row boxes (docs/perf.md).
+  // Dense and varlen K/V: one TMA per tile. Measured: 16-row boxes cost 16% of prefill while one warp both loaded
+  // and transposed, 1-2% with the dedicated load warp (docs/design.md, Measured choices).
   using TmaKTile = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(),
                                           take<0, 2>(typename Traits::SmemLayoutK{}),
                                           Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{}));

@@ -66,7 +66,7 @@ struct KernelTraits {
   // chunk-sized tile accumulator — or, with P V after the softmax (kernel_rules.h), in
   // kBlockN-wide parts through the score registers: a part of kBlockN columns takes as many registers as S. (A
   // part accumulator on only some of S's registers made ptxas serialize every WGMMA, C7511: 64-wide parts at d256
-  // and 96-wide ones at d192 with 128-key tiles, docs/perf.md run 28.)
+  // and 96-wide ones at d192 with 128-key tiles; docs/design.md, Measured choices.)
   static constexpr bool kPvAfterSoftmax = pv_after_softmax(kBlockM_, kBlockN_, kHeadDimV_) && kTwoLevel_;
   static constexpr int kPvChunk = kPvAfterSoftmax ? kBlockN
                                  : kHeadDimV > 128 ? 64
@@ -76,15 +76,15 @@ struct KernelTraits {
   // exponentials interleaved, where that measured faster — P V after the softmax (d256, +3-6%) and the 192-row
   // d64 tile (three warpgroups at 160 registers, +3% at 16k). The overlapped 128-row loop (d128) needs row half
   // 0's exponentials right after its own maximum (7-12% slower otherwise), the 64-row tiles lose 1-2%
-  // (docs/perf.md runs 35, 36).
+  // (docs/design.md, Measured choices).
   static constexpr bool kSoftmaxRowHalvesInterleaved = kPvAfterSoftmax || kNumMmaWarpgroups == 3;
 
   // setmaxnreg split (per thread). The producer also transposes V, so it keeps more than a pure TMA warpgroup
   // would. The pool the split divides is what the CTA was launched with: the per-thread count ptxas gives
   // under __launch_bounds__ (65536 / (threads x CTAs per SM), in steps of 8) times the threads — 64512 for
   // 384 threads, not 65536. A split over the pool makes setmaxnreg's allocation wait forever (a 240 + 32 split
-  // hung every launch, docs/perf.md run 22). P V after the softmax (d256) gives the producer 48: its 128-key V
-  // transpose spilled at 40, and the MMA warpgroups' 208 live accumulator and P registers fit 224.
+  // hung every launch; docs/design.md, Measured choices). P V after the softmax (d256) gives the producer 48: its
+  // 128-key V transpose spilled at 40, and the MMA warpgroups' 208 live accumulator and P registers fit 224.
   static constexpr int kProducerRegs = kNumMmaWarpgroups == 1 && kCtasPerSm == 1 ? 56
                                      : kNumMmaWarpgroups == 3 ? 32 : kPvAfterSoftmax ? 48 : 40;
   static constexpr int kMmaRegs = kCtasPerSm == 2 ? 216 : kNumMmaWarpgroups == 1 ? 256
@@ -111,11 +111,11 @@ struct KernelTraits {
   // The row sums of P as rounded to E4M3 (softmax.cuh says why) come from the tensor cores, P x ones. When P V
   // is one GEMM (two-level, unchunked), V^T carries 8 rows of E4M3 ones after its dv rows and that GEMM is
   // N = dv + 8 wide: the sums cost one more n8 block of the same instructions (measured: a separate n8 GEMM,
-  // which reads the A registers again, cost 9% at d128, docs/perf.md run 11). Chunked P V (dv > 128, two CTAs
-  // per SM) has no registers for a wider tile while the softmax runs, P V after the softmax none for a part of
-  // N = kBlockN + 8 (it spilled, and ptxas serialized the WGMMAs, docs/perf.md run 28), and the single-level
-  // kernel accumulates into O itself: they run P x ones as its own N = 8 GEMM from a separate ones tile. All 8
-  // columns of the ones block are sums, so every thread of a row's quad holds it.
+  // which reads the A registers again, cost 9% at d128; docs/design.md, Measured choices). Chunked P V (dv > 128,
+  // two CTAs per SM) has no registers for a wider tile while the softmax runs, P V after the softmax none for a part
+  // of N = kBlockN + 8 (it spilled, and ptxas serialized the WGMMAs; docs/design.md, Measured choices), and the
+  // single-level kernel accumulates into O itself: they run P x ones as its own N = 8 GEMM from a separate ones
+  // tile. All 8 columns of the ones block are sums, so every thread of a row's quad holds it.
   static constexpr bool kPvSumInPv = kNumPvChunks == 1 && kTwoLevel;
   static constexpr int kPvTileN = kPvSumInPv ? kPvChunk + 8 : kPvChunk;  // N of the P V GEMM
   static constexpr int kVtRows = kPvSumInPv ? kHeadDimV + 8 : kHeadDimV;  // rows of one V^T stage

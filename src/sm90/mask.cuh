@@ -58,7 +58,8 @@ struct Mask {
   // has a block whenever there are at least as many blocks as splits. num_splits = 1 gives the whole range.
   // Split s starts at floor(s * blocks / num_splits) = s * q + floor(s * r / num_splits), blocks = q * num_splits + r:
   // products within 32 bits (s * blocks alone can pass 2^31; s, r < num_splits <= kMaxSplits) and no 64-bit
-  // division, two calls of an ~80-instruction subroutine on every CTA's path to its first load (docs/perf.md run 30).
+  // division, two calls of an ~80-instruction subroutine on every CTA's path to its first load (docs/design.md,
+  // Measured choices).
   CUTE_HOST_DEVICE static KvBlockRange split_range(KvBlockRange all, int split, const cutlass::FastDivmod& splits) {
     const int blocks = all.n_block_max > all.n_block_min ? all.n_block_max - all.n_block_min : 0;
     int q, r;
@@ -94,7 +95,7 @@ struct Mask {
   // Each row half's visible keys are one interval, computed once relative to the thread's first column; a score's
   // column minus that first column is a compile-time constant, so each score costs two compares with immediates
   // and a select. (Testing the three conditions per score made this the largest part of the decode kernel's
-  // code: 25 KB of 106, run once and cold per CTA, docs/perf.md run 20.)
+  // code: 25 KB of 106, run once and cold per CTA; docs/design.md, Measured choices.)
   template <class TensorS, class TensorC>
   CUTE_DEVICE void apply(TensorS& tSrS, const TensorC& tScS, int n_block) const {
     const int first_col = int(cute::get<1>(tScS(0)));

@@ -43,8 +43,8 @@ struct ProducerLoad {
   // Thread 0, right after it has initialised the barriers and before the ones rows and the CTA barrier
   // (fwd_kernel.cuh): Q's TMA and the first KV block's V and K, so that their latency overlaps the rest of the
   // prologue (phase clocks of a d128 1k prefill CTA: Q and the first K/V went out 1.6 and 2.0 us after its start,
-  // this way 1.2 and 1.3, docs/perf.md run 29). Dense and varlen K/V with Q by TMA only; returns whether it issued
-  // them. The block range must not be empty.
+  // this way 1.2 and 1.3; docs/design.md, Measured choices). Dense and varlen K/V with Q by TMA only; returns whether
+  // it issued them. The block range must not be empty.
   template <class Params>
   CUTE_DEVICE static bool issue_first_loads(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
                                             PipelineVLoad& pipeline_vload, const SeqInfo& seq, KvBlockRange range,

@@ -6,7 +6,7 @@
 // every 16 keys k0..k0+15, key slot 4q + e of sVt holds key k0 + {2q, 2q+1, 2q+8, 2q+9}[e]: the order in
 // which scores_to_pv_operand() leaves P in registers, so P needs no shuffles.
 //
-// Why it is built this way (docs/perf.md, run 11): the transpose used to cost 30-42% of prefill time, because
+// Why it is built this way (docs/design.md): the transpose used to cost 30-42% of prefill time, because
 // each unit recomputed its swizzled generic addresses (~55 of ~88 instructions per unit), ran one unit at a
 // time and stored 2-way bank-conflicted rows. Here:
 //  * Addresses are position independent. The shared-memory swizzles are XOR maps on address bits, so the

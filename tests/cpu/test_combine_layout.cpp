@@ -1,6 +1,6 @@
 // The split-KV combine's CTA size (src/sm90/combine.h): whole warps, never above the kernel's bound, one float4
 // column group per thread for every column of dv, and enough split groups that a decode plan's splits are read
-// in one pass of loads (the kernel's latency budget, docs/perf.md run 18) — but no more threads than that.
+// in one pass of loads (the kernel's latency budget; docs/design.md, Measured choices) — but no more threads than that.
 #include <gtest/gtest.h>
 
 #include "common/kernel_rules.h"
