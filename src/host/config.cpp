@@ -60,15 +60,15 @@ int64_t key_span(const ProblemShape& p) {
 
 // Query tile rows. 64-row tiles (one MMA warpgroup) run two CTAs per SM where dv <= 128 (kernel_rules.h), so one
 // CTA's prologue, pipeline fill and epilogue overlap the other CTA's KV loop; 128-row tiles read each K/V block
-// once for twice the rows. Measured (docs/perf.md runs 24-25, H200, one process, 64 vs 128 rows, 1k queries): at
-// dv = 64 the 64-row tile wins at every key length (+16% at 1k keys, +3.5% at 16k: the same time per KV block,
+// once for twice the rows. Measured (H200, one process, 64 vs 128 rows, 1k queries; docs/design.md, Measured choices):
+// at dv = 64 the 64-row tile wins at every key length (+16% at 1k keys, +3.5% at 16k: the same time per KV block,
 // a smaller fixed part per tile); at d = dv = 96 up to 1k keys (+10%, causal +7%). At d = dv = 128 it won up to 1k
 // keys (+4%) while the 128-row epilogue stored rows 4 bytes at a time; since that epilogue stages its rows in
-// shared memory (bulk copies) the 128-row tile wins there too (+2% at 1k keys, causal +4%, run 25). Short decode
+// shared memory (bulk copies) the 128-row tile wins there too (+2% at 1k keys, causal +4%). Short decode
 // tiles (<= 64 rows) are 64 rows anyway; head dims above 128 keep 128-row prefill tiles (d192 with dv 128 would
 // fit two CTAs but is not measured). At dv = 64 the two 64-row CTAs give each SM scheduler two MMA warps, too
 // few to hide the softmax's latency over a long key range; three 192-row warpgroups (FA3's d64 shape) win there:
-// run 34 (192 x 128 tiles against two 64-row CTAs), 8k x 8k +10.5% (causal +6.1%), 16k x 16k +11.5% (causal
+// measured (192 x 128 tiles against two 64-row CTAs), 8k x 8k +10.5% (causal +6.1%), 16k x 16k +11.5% (causal
 // +11.4%), but with a 192 x 96 tile 4k x 4k -2.5% (causal -6.1%) and 1k x 1k -21% (the larger fixed part per tile,
 // and 1k rows fill 192-row tiles to 89%).
 int block_m_for(int64_t rows, const ProblemShape& p) {
@@ -97,7 +97,7 @@ int max_kv_blocks(const ProblemShape& p, int block_n, int block_m) {
 // count whose wave efficiency is within 85% of the best (the FlashAttention rule). Always at least one KV block
 // per split. Why one wave first: a decode CTA's fixed part (its cold start, the epilogue) is several KV blocks'
 // time, so a second wave of short CTAs costs more than the shorter splits save, while more splits inside the one
-// wave shorten every split. Measured (docs/perf.md run 25, split counts forced, the decode steps of
+// wave shorten every split. Measured (docs/design.md, Measured choices: split counts forced, the decode steps of
 // bench_decode.py): llama 1x1-4k 29 splits 14.0 us, 32 splits 13.0; 70b 8x1-32k 15 splits 50.7, 16 splits 50.2,
 // 32 (two waves) 55.0; gemma 4x4 (d256, 132 slots) 7 splits 13.5, 9 and 17 (two and three waves) 18.3 and 23.0.
 int split_heuristic(int64_t ctas, int kv_blocks, int slots, int split_cap) {
@@ -155,10 +155,10 @@ KernelConfig select_config(const ProblemShape& problem) {
   // PackGQA where it pays for the longest sequence (decode and speculative decode always pack), the tile height
   // from its rows: short query tiles (decode, speculative decode) would leave a 128-row tile mostly padding, so
   // one MMA warpgroup of 64 rows serves them, and short or narrow prefill (block_m_for).
-  auto choose_tiles = [&](bool pack) {
+  auto choose_tiles = [&](bool pack, bool two_ctas_per_sm = false) {
     c.pack_gqa = pack;
     const int64_t rows = int64_t(problem.max_seqlen_q) * (pack ? group : 1);
-    c.key.block_m = block_m_for(rows, problem);
+    c.key.block_m = two_ctas_per_sm ? 64 : block_m_for(rows, problem);
     c.key.block_n = block_n_for(c.key.block_m, problem.head_dim);
     c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));
   };
@@ -170,8 +170,12 @@ KernelConfig select_config(const ProblemShape& problem) {
     // fill the machine beside the chunk's tiles. Sum over sequences of ceil(rows_b / block_m) is at most
     // ceil(total rows / block_m) + batch, and at most batch x the longest sequence's tiles: the grid is heads x
     // that bound. PackGQA where it makes the grid smaller (one tile per kv head, not per q head, for each decode).
+    // 64-row tiles where they run two CTAs per SM (dv <= 128): a decode's tile then streams its K/V beside another
+    // CTA, as in a decode-only call, instead of alone in a 128-row CTA whose second warpgroup has no rows (measured
+    // on 128 decodes beside a 1920-token chunk, 2 kv heads: 1.26x the time of the two calls issued apart).
+    const bool two_ctas_per_sm = ctas_per_sm_for(64, problem.head_dim_v) == 2 && problem.head_dim <= 128;
     auto grid_bound = [&](bool pack) {
-      choose_tiles(pack);
+      choose_tiles(pack, two_ctas_per_sm);
       const int64_t tile_bound =
           std::min<int64_t>(int64_t(problem.batch) * c.num_m_blocks,
                             ceil_div(problem.total_q * (pack ? group : 1), c.key.block_m) + problem.batch);
@@ -201,7 +205,7 @@ KernelConfig select_config(const ProblemShape& problem) {
   c.grid_x = problem.max_seqlen_q > 0 ? static_cast<unsigned>(c.num_m_blocks) : 0u;
   c.grid_y = static_cast<unsigned>(heads);
   c.grid_z = static_cast<unsigned>(problem.batch * c.num_splits);
-  // Measured (docs/perf.md run 17): +4-9% at d128/d256 with 32 and 128 M blocks, -3.5% at d64/d256 with 8.
+  // Measured (docs/design.md, Measured choices): +4-9% at d128/d256 with 32 and 128 M blocks, -3.5% at d64/d256 with 8.
   c.reverse_m = problem.window_right >= 0 && c.num_m_blocks >= kMinMBlocksForLongestFirst;
   if (c.reverse_m) {
     const int64_t kv_bytes_per_row = int64_t(std::max(1, problem.max_seqlen_k)) *

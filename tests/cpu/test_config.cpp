@@ -220,9 +220,9 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
     e << " GQA decode (" << c.seqlen_q << " tokens x " << group << " heads <= 64) not packed;";
   const int64_t rows = int64_t{c.seqlen_q} * (k.pack_gqa ? group : 1);
   // 64-row tiles for short decode (rows of one tile's head <= 64), for dv <= 64 (d <= 128), and for d, dv <= 96
-  // over at most 1024 keys (two CTAs per SM: docs/perf.md runs 24-25); 128 rows otherwise. dv <= 64 over >= 8192
-  // keys per row (the window, where bounded on both sides) takes 192 rows where they fill >= 90% of the tiles
-  // (run 34).
+  // over at most 1024 keys (two CTAs per SM: docs/design.md, Measured choices); 128 rows otherwise. dv <= 64 over >=
+  // 8192 keys per row (the window, where bounded on both sides) takes 192 rows where they fill >= 90% of the tiles
+  // (docs/design.md, Measured choices).
   const bool bounded_window = c.window_left >= 0 && (c.causal || c.window_right >= 0);
   const int64_t window = int64_t{c.window_left} + (c.causal ? 0 : c.window_right) + 1;
   const int64_t span = bounded_window ? std::min<int64_t>(c.seqlen_k, window) : c.seqlen_k;
@@ -230,7 +230,10 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
       rows > 64 && c.d <= 128 && c.dv <= 64 && span >= 8192 && 10 * rows >= 9 * 192 * ceil_div(rows, 192);
   const bool two_cta_prefill = c.d <= 128 && (c.dv <= 64 || (c.d <= 96 && c.dv <= 96 && c.seqlen_k <= 1024));
   const int want_block_m = tall_tile ? 192 : rows <= 64 || two_cta_prefill ? 64 : 128;
-  if (k.key.block_m != want_block_m) e << " block_m " << k.key.block_m << " for " << rows << " rows per head;";
+  // The varlen schedule takes 64-row tiles wherever they run two CTAs per SM (d, dv <= 128).
+  const int want_schedule_block_m = c.d <= 128 && c.dv <= 128 ? 64 : want_block_m;
+  if (k.key.block_m != (k.varlen_schedule ? want_schedule_block_m : want_block_m))
+    e << " block_m " << k.key.block_m << " for " << rows << " rows per head;";
 
   if (k.partial_rows != want.total_q) e << " partial_rows != total_q;";
   // The varlen schedule exactly where a varlen batch's rows fill less than 90% of batch x max_seqlen_q and the
@@ -447,8 +450,8 @@ TEST(ConfigBlockM, LongerUses128Rows) {
     }
 }
 
-// Two CTAs of 64 rows per SM where they measured faster (docs/perf.md runs 24-25): dv = 64 at every key length,
-// d, dv <= 96 up to 1024 keys; d = dv = 128 takes 128 rows since its 128-row epilogue is staged (run 25); never d
+// Two CTAs of 64 rows per SM where they measured faster (docs/design.md, Measured choices): dv = 64 at every key
+// length, d, dv <= 96 up to 1024 keys; d = dv = 128 takes 128 rows since its 128-row epilogue is staged; never d
 // or dv > 128 (not measured, or one CTA per SM either way).
 TEST(ConfigBlockM, NarrowOrShortPrefillUses64Rows) {
   struct Want { int d, dv, seqlen_k, block_m; };
@@ -579,8 +582,8 @@ TEST(ConfigSplit, HeuristicFillsSmsForSmallGridLongKv) {
 }
 
 TEST(ConfigSplit, HeuristicTakesTheMostSplitsThatFitOneWave) {
-  // The decode steps of bench_decode.py where the grid is small (docs/perf.md run 25): as many splits as one wave
-  // of CTA slots holds, never a second wave.
+  // The decode steps of bench_decode.py where the grid is small (docs/design.md, Measured choices): as many splits as
+  // one wave of CTA slots holds, never a second wave.
   struct Step {
     const char* name;
     int d, heads_q, heads_kv, batch, window_left, splits;
@@ -694,7 +697,9 @@ TEST(ConfigSplit, VllmFullGraphCeilingFollowsTheHeuristic) {
     const int heuristic = config_of(c).num_splits;
     c.num_splits = 32;
     EXPECT_EQ(config_of(c).num_splits, std::min(32, heuristic)) << "batch " << batch;
-    if (batch >= 32) EXPECT_EQ(config_of(c).num_splits, 1) << "batch " << batch << " fills the machine";
+    if (batch >= 32) {
+      EXPECT_EQ(config_of(c).num_splits, 1) << "batch " << batch << " fills the machine";
+    }
   }
 }
 
@@ -731,8 +736,8 @@ TEST(ConfigSplit, CeilingKeepsTheWorkspaceUnderTheCap) {
 }
 
 // A mixed varlen call (vLLM's chunked prefill: one 4096-token chunk beside 130 single-token decodes) takes the
-// varlen schedule: PackGQA over the batch (its average sequence is 32 tokens), heads x (the chunk's tiles + one per
-// decode) CTAs instead of the direct grid's 32 M blocks x 32 heads x 131 sequences.
+// varlen schedule: PackGQA (a decode is then one tile per kv head), heads x (the chunk's tiles + one per decode)
+// CTAs instead of the direct grid's 32 M blocks x 32 heads x 131 sequences.
 TEST(ConfigVarlenSchedule, MixedPrefillAndDecode) {
   Case c;
   c.varlen = true;
@@ -746,14 +751,16 @@ TEST(ConfigVarlenSchedule, MixedPrefillAndDecode) {
   const KernelConfig k = config_of(c);
   EXPECT_TRUE(k.varlen_schedule) << describe(k);
   EXPECT_TRUE(k.pack_gqa) << describe(k);
-  EXPECT_EQ(k.key.block_m, 128) << describe(k);
+  EXPECT_EQ(k.key.block_m, 64) << describe(k);  // two CTAs per SM, as a decode-only call
   EXPECT_EQ(k.num_splits, 1) << describe(k);
-  // ceil(4226 x 4 / 128) + 131 = 264 tiles bound (the real count: 128 + 130 = 258) x 8 kv heads.
-  EXPECT_EQ(k.grid_x, 264u * 8u) << describe(k);
+  // ceil(4226 x 4 / 64) + 131 = 396 tiles bound (the real count: 256 + 130 = 386) x 8 kv heads.
+  EXPECT_EQ(k.grid_x, 396u * 8u) << describe(k);
   c.num_splits = 32;  // vLLM's full-graph ceiling changes nothing here
-  EXPECT_EQ(config_of(c).grid_x, 264u * 8u);
+  EXPECT_EQ(config_of(c).grid_x, 396u * 8u);
   const std::string err = check_config(c, problem_of(c), k);
   EXPECT_TRUE(err.empty()) << err;
+  c.d = c.dv = 256;  // d256 tiles of 64 rows run one CTA per SM: the schedule keeps 128 rows there
+  EXPECT_EQ(config_of(c).key.block_m, 128) << describe(config_of(c));
 }
 
 // Batches whose sequences all have max_seqlen_q's length, and decode batches, keep the direct grid.
