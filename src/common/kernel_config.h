@@ -52,6 +52,9 @@ struct KernelConfig {
   // grid of at least heads x the listed tiles, each CTA finding its tile from cu_seqlens_q on the device
   // (tile_scheduler.cuh); CTAs past the list exit. num_splits is 1.
   bool varlen_schedule = false;
+  // The direct grid folded into gridDim.x (more than 65535 sequences x splits, or heads): CTA i takes M block
+  // i % m_blocks of row i / m_blocks, rows as in (heads, batch * splits).
+  bool folded_grid = false;
 
   // The one definition of a split-KV call: the forward kernel writes fp32 partials into the workspace and
   // the combine kernel reduces them into out/lse. Everything else asks this, host and device alike (the

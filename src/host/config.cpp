@@ -144,6 +144,18 @@ bool pack_pays(int64_t rows, int group) {
                           0.9 * m_tile_efficiency(rows * group, block_m_for_rows(rows * group));
 }
 
+// The direct grid (m_blocks, heads, batch x splits). CUDA caps gridDim.y and gridDim.z at 65535: a batch of more
+// sequences (times splits), or more heads, folds the grid into gridDim.x (up to 2^31 - 1 CTAs), each CTA finding its
+// (M block, head, sequence, split) by division (tile_scheduler.cuh).
+void set_direct_grid(KernelConfig& c, int heads, int batch, bool has_queries) {
+  const int64_t m_blocks = has_queries ? c.num_m_blocks : 0;
+  const int64_t batch_splits = int64_t(batch) * c.num_splits;
+  c.folded_grid = (heads > kMaxGridZ || batch_splits > kMaxGridZ) && m_blocks * heads * batch_splits <= kMaxGridX;
+  c.grid_x = static_cast<unsigned>(c.folded_grid ? m_blocks * heads * batch_splits : m_blocks);
+  c.grid_y = c.folded_grid ? 1u : static_cast<unsigned>(heads);
+  c.grid_z = c.folded_grid ? 1u : static_cast<unsigned>(std::min<int64_t>(batch_splits, UINT32_MAX));
+}
+
 }  // namespace
 
 KernelConfig select_config(const ProblemShape& problem) {
@@ -200,13 +212,9 @@ KernelConfig select_config(const ProblemShape& problem) {
                                 : split_heuristic(ctas, max_kv_blocks(problem, c.key.block_n, c.key.block_m),
                                                   problem.num_sms * ctas_per_sm_for(c.key.block_m, c.key.head_dim_v),
                                                   split_cap);
-  // gridDim.z = batch * splits may not exceed 65535 (only reachable with huge batches and explicit splits).
-  c.num_splits = std::max(1, std::min(c.num_splits, kMaxGridZ / std::max(1, problem.batch)));
-  c.grid_x = problem.max_seqlen_q > 0 ? static_cast<unsigned>(c.num_m_blocks) : 0u;
-  c.grid_y = static_cast<unsigned>(heads);
-  c.grid_z = static_cast<unsigned>(problem.batch * c.num_splits);
+  set_direct_grid(c, heads, problem.batch, problem.max_seqlen_q > 0);
   // Measured (docs/design.md, Measured choices): +4-9% at d128/d256 with 32 and 128 M blocks, -3.5% at d64/d256 with 8.
-  c.reverse_m = problem.window_right >= 0 && c.num_m_blocks >= kMinMBlocksForLongestFirst;
+  c.reverse_m = !c.folded_grid && problem.window_right >= 0 && c.num_m_blocks >= kMinMBlocksForLongestFirst;
   if (c.reverse_m) {
     const int64_t kv_bytes_per_row = int64_t(std::max(1, problem.max_seqlen_k)) *
                                      (problem.head_dim + problem.head_dim_v) / (c.pack_gqa ? 1 : group);
@@ -219,8 +227,11 @@ KernelConfig select_config(const ProblemShape& problem) {
 
 KernelConfig with_exact_splits(const ProblemShape& problem, KernelConfig config, int splits) {
   if (config.varlen_schedule) { return config; }
-  config.num_splits = std::clamp(splits, 1, kMaxGridZ / std::max(1, problem.batch));
-  config.grid_z = static_cast<unsigned>(problem.batch * config.num_splits);
+  config.num_splits = std::clamp(splits, 1, kMaxSplits);
+  set_direct_grid(config, config.pack_gqa ? problem.num_heads_kv : problem.num_heads_q, problem.batch,
+                  problem.max_seqlen_q > 0);
+  config.reverse_m = config.reverse_m && !config.folded_grid;
+  if (!config.reverse_m) { config.tile_order_rows = 1; }
   config.tile_order_rows = std::min(config.tile_order_rows, std::max(1, int(config.grid_y * config.grid_z)));
   return config;
 }

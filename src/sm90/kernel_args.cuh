@@ -58,7 +58,10 @@ struct FwdArgs {
   int tile_order_rows = 1;
   // The varlen schedule (KernelConfig::varlen_schedule): CTA i takes head i % heads of a listed tile.
   bool varlen_schedule = false;
-  cutlass::FastDivmod schedule_heads_divmod;  // divides by the grid's heads (kv heads with PackGQA)
+  cutlass::FastDivmod heads_divmod;  // divides by the grid's heads (kv heads with PackGQA)
+  // The folded direct grid (KernelConfig::folded_grid): CTA i takes M block i % m_blocks.
+  bool folded_grid = false;
+  cutlass::FastDivmod m_blocks_divmod;
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
   int partial_rows = 0;

@@ -51,7 +51,7 @@ struct VarlenTiles {
   CUTE_DEVICE static TileCoord tile(const FwdArgs& args, int linear) {
     constexpr unsigned kFullWarp = 0xffffffffu;
     int rank, head;
-    args.schedule_heads_divmod(rank, head, linear);
+    args.heads_divmod(rank, head, linear);
     const int lane = int(threadIdx.x % 32);
     int total = 0;
 #pragma unroll 4
@@ -113,6 +113,13 @@ struct SingleTileScheduler {
 
  private:
   CUTE_DEVICE static TileCoord tile_of(const FwdArgs& args, uint3 block) {
+    if (args.folded_grid) {  // (m_blocks x heads x batch * splits) CTAs in gridDim.x
+      int row, m_block, batch_split, head, batch, split;
+      args.m_blocks_divmod(row, m_block, int(block.x));
+      args.heads_divmod(batch_split, head, row);
+      args.splits_divmod(batch, split, batch_split);
+      return {m_block, head, batch, split};
+    }
     if (!args.reverse_m) {
       int batch, split;
       args.splits_divmod(batch, split, int(block.z));

@@ -87,7 +87,8 @@ std::string describe(const KernelConfig& k) {
   s << "{" << k.key.to_string() << " pack_gqa=" << k.pack_gqa << " splits=" << k.num_splits
     << " m_blocks=" << k.num_m_blocks << " partial_rows=" << k.partial_rows
     << " grid=(" << k.grid_x << "," << k.grid_y << "," << k.grid_z << ") reverse_m=" << k.reverse_m
-    << " order_rows=" << k.tile_order_rows << (k.varlen_schedule ? " varlen_schedule" : "") << "}";
+    << " order_rows=" << k.tile_order_rows << (k.varlen_schedule ? " varlen_schedule" : "")
+    << (k.folded_grid ? " folded_grid" : "") << "}";
   return s.str();
 }
 
@@ -156,6 +157,7 @@ std::string config_diff(const KernelConfig& a, const KernelConfig& b) {
   FP8ATTN_CMP(reverse_m)
   FP8ATTN_CMP(tile_order_rows)
   FP8ATTN_CMP(varlen_schedule)
+  FP8ATTN_CMP(folded_grid)
 #undef FP8ATTN_CMP
   return s.str();
 }
@@ -255,16 +257,27 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   }
   if (lengths_differ && m_blocks > 1) e << " direct grid for a varlen batch of differing lengths;";
 
-  // Grid: (m_blocks, heads, batch * splits); nothing to launch when there are no queries.
+  // Grid: (m_blocks, heads, batch * splits), folded into gridDim.x exactly when heads or batch * splits pass
+  // CUDA's 65535; nothing to launch when there are no queries.
   if (k.num_m_blocks != m_blocks) e << " num_m_blocks " << k.num_m_blocks << " != " << m_blocks << ";";
-  if (int64_t{k.grid_x} != (c.seqlen_q > 0 ? m_blocks : 0)) e << " grid_x != num_m_blocks;";
-  if (int64_t{k.grid_y} != (k.pack_gqa ? c.heads_kv : c.heads_q)) e << " grid_y != (packed ? kv : q) heads;";
-  if (int64_t{k.grid_z} != int64_t{c.batch} * k.num_splits) e << " grid_z != batch * num_splits;";
+  const int64_t grid_heads = k.pack_gqa ? c.heads_kv : c.heads_q;
+  const int64_t batch_splits = int64_t{c.batch} * k.num_splits;
+  const int64_t grid_m = c.seqlen_q > 0 ? m_blocks : 0;
+  if (k.folded_grid != (grid_heads > kMaxGridYZ || batch_splits > kMaxGridYZ)) e << " folded_grid " << k.folded_grid << ";";
+  if (k.folded_grid) {
+    if (int64_t{k.grid_x} != grid_m * grid_heads * batch_splits || k.grid_y != 1 || k.grid_z != 1)
+      e << " folded grid != (m_blocks x heads x batch * splits, 1, 1);";
+    if (k.reverse_m) e << " reverse_m on a folded grid;";
+  } else {
+    if (int64_t{k.grid_x} != grid_m) e << " grid_x != num_m_blocks;";
+    if (int64_t{k.grid_y} != grid_heads) e << " grid_y != (packed ? kv : q) heads;";
+    if (int64_t{k.grid_z} != batch_splits) e << " grid_z != batch * num_splits;";
+  }
   if (int64_t{k.grid_y} > kMaxGridYZ || int64_t{k.grid_z} > kMaxGridYZ) e << " grid beyond CUDA's 65535 limit;";
   // Tile order: longest tiles first exactly when a bounded right side makes later M blocks longer; sections of
   // at least one row and at most all rows, and several rows only with that order.
   const bool bounded_right = c.causal || c.window_right >= 0;
-  if (k.reverse_m != (bounded_right && k.num_m_blocks >= 16)) e << " reverse_m " << k.reverse_m << ";";
+  if (k.reverse_m != (bounded_right && k.num_m_blocks >= 16 && !k.folded_grid)) e << " reverse_m " << k.reverse_m << ";";
   const int64_t order_rows = int64_t{k.grid_y} * k.grid_z;
   if (k.tile_order_rows < 1 || (k.tile_order_rows > 1 && k.tile_order_rows > order_rows))
     e << " tile_order_rows " << k.tile_order_rows << " outside 1.." << order_rows << ";";
@@ -854,6 +867,28 @@ TEST(ConfigSplit, AcceptedCallsHaveALaunchableGrid) {
                                             << describe(k) << " cannot launch (gridDim.z <= 65535)";
   } else {
     EXPECT_NE(s.message().find("num_splits"), std::string::npos) << s.message();
+  }
+}
+
+// A decode batch of 70,000 sequences (more than gridDim.z's 65535) runs on a grid folded into gridDim.x; 60,000
+// keeps the three-dimensional grid. With an exact split count the folded rows count the splits too.
+TEST(ConfigGrid, BatchesPastGridZFoldIntoGridX) {
+  for (int batch : {60000, 65535, 65536, 70000, 1000000}) {
+    Case c;
+    c.varlen = true;
+    c.paged = true;
+    c.causal = true;
+    c.batch = batch;
+    c.seqlen_k = 4096;
+    const ProblemShape p = problem_of(c);
+    const KernelConfig k = fp8attn::select_config(p);
+    EXPECT_EQ(k.folded_grid, batch > 65535) << describe(k);
+    EXPECT_EQ(int64_t{k.grid_x} * k.grid_y * k.grid_z, int64_t{batch} * 8) << describe(k);
+    const std::string err = check_config(c, p, k);
+    EXPECT_TRUE(err.empty()) << describe(c) << "\n  -> " << describe(k) << "\n  " << err;
+    const KernelConfig split = fp8attn::with_exact_splits(p, k, 3);
+    EXPECT_EQ(split.folded_grid, batch * 3 > 65535) << describe(split);
+    EXPECT_EQ(int64_t{split.grid_x} * split.grid_y * split.grid_z, int64_t{batch} * 8 * 3) << describe(split);
   }
 }
 

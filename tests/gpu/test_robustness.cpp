@@ -147,6 +147,32 @@ TEST(Empty, NoQueryRowsWritesNothing) {
   expect_case_passes(c);
 }
 
+// ---- batches past CUDA's grid limits ----------------------------------------------------------------------
+
+// 70,000 decoding sequences: batch x splits passes gridDim.z's 65535, so the grid folds into gridDim.x (it
+// failed at launch with cudaErrorInvalidValue before). Short contexts keep the CPU reference quick; every
+// sequence's row is checked against it, and an exact split count folds the splits in too.
+TEST(LargeBatch, SeventyThousandSequenceDecode) {
+  for (int splits : {0, 2}) {
+    SCOPED_TRACE("num_splits=" + std::to_string(splits));
+    Case c;
+    c.batch = 70000;
+    c.seqlens_q.assign(c.batch, 1);
+    c.seqlens_k.resize(c.batch);
+    for (int b = 0; b < c.batch; ++b) c.seqlens_k[b] = 1 + (b * 7) % 40;
+    c.varlen_q = true;
+    c.kv = KvLayout::kPaged;
+    c.page_size = 16;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.head_dim = c.head_dim_v = 128;
+    c.causal = true;
+    c.num_splits = splits;
+    c.seed = 70000;
+    expect_case_passes(c);
+  }
+}
+
 // ---- concurrency -------------------------------------------------------------------------------------------
 
 TEST(Concurrency, TwoStreamsTwoThreadsSameBitsAsSerial) {
