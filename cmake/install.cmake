@@ -9,7 +9,10 @@
 #                                             package, next to its modules (python/fp8attn/_lib.py finds it),
 #                                             and libfp8attn_torch.so next to it when cmake/torch_op.cmake
 #                                             built it (torch >= 2.9 at build time; fp8attn/ops.py loads it
-#                                             from the folder of libfp8attn.so, else uses its ctypes op).
+#                                             from the folder of libfp8attn.so). Always also the op's source
+#                                             and the C headers it includes (fp8attn/_torch_op/), from which
+#                                             fp8attn/ops.py compiles the op on first import when the wheel
+#                                             has none (torch installed after fp8attn; cached per user).
 include(CMakePackageConfigHelpers)
 
 if(SKBUILD)
@@ -18,6 +21,11 @@ if(SKBUILD)
     install(TARGETS fp8attn_torch LIBRARY DESTINATION fp8attn)
   endif()
   install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels.list DESTINATION fp8attn)
+  install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/src/torch_op/fwd_op.cpp DESTINATION fp8attn/_torch_op)
+  install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/fp8attn/c_api.h
+                ${CMAKE_CURRENT_SOURCE_DIR}/include/fp8attn/export.h
+                ${CMAKE_CURRENT_SOURCE_DIR}/include/fp8attn/params.h
+          DESTINATION fp8attn/_torch_op/include/fp8attn)
   configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/_build_info.py.in
                  ${CMAKE_CURRENT_BINARY_DIR}/_build_info.py @ONLY)
   install(FILES ${CMAKE_CURRENT_BINARY_DIR}/_build_info.py DESTINATION fp8attn)

@@ -1,10 +1,18 @@
 # The torch op library libfp8attn_torch.so (src/torch_op/fwd_op.cpp): fp8attn::fwd in C++ on PyTorch's stable
-# ABI. Optional: the Python package falls back to its ctypes op (and says so) without it.
+# ABI. Optional: without it the Python package compiles the op on first import (an installed package, which
+# ships the source: cmake/install.cmake, fp8attn/ops.py) or falls back to its ctypes op (and says so).
 #
 #   FP8ATTN_TORCH_OP      AUTO (default): build it when the Python below has torch >= 2.9 with CUDA;
 #                         ON: the same, but fail when it cannot; OFF: never.
 #   FP8ATTN_TORCH_PYTHON  the Python whose torch headers and libraries to build against (default: the
 #                         environment variable of that name, else the Python CMake found).
+#
+# Under pip's build isolation (`pip install .`) the Python CMake found is the interpreter of the environment
+# being installed into, run with PYTHONPATH pointing at the isolated build environment, which has no torch.
+# When that finds no torch and FP8ATTN_TORCH_PYTHON was not given, the same interpreter is asked again without
+# pip's PYTHONPATH / PYTHONNOUSERSITE: it then sees the target environment, so a user who has torch installed
+# gets the op built at install time (~2 s of compiling on 2 cores). `pip install --no-build-isolation .` sees
+# it directly.
 #
 # The op targets the stable ABI of torch 2.9 (TORCH_TARGET_VERSION), so one build loads under every torch
 # >= 2.9; it uses no Python C API, so the Python version does not matter either.
@@ -20,17 +28,37 @@ function(fp8attn_torch_op_skip reason)
   if(FP8ATTN_TORCH_OP STREQUAL "ON")
     message(FATAL_ERROR "fp8attn: FP8ATTN_TORCH_OP=ON but ${reason}")
   endif()
-  message(STATUS "fp8attn: not building libfp8attn_torch.so (${reason}); Python will use the ctypes op")
+  if(SKBUILD)
+    set(_then "the installed package compiles it on first import where it can, else uses its ctypes op")
+  else()
+    set(_then "scripts/build_torch_op.sh builds it later; else Python uses the ctypes op")
+  endif()
+  message(STATUS "fp8attn: not building libfp8attn_torch.so (${reason}); ${_then}")
+endfunction()
+
+# Sets _torch_out to "version;dir" of the torch that `${FP8ATTN_TORCH_PYTHON} [launcher...]` imports.
+function(fp8attn_probe_torch)
+  execute_process(
+    COMMAND ${ARGN} "${FP8ATTN_TORCH_PYTHON}" -c
+            "import os, torch; print(torch.__version__.split('+')[0]); print(os.path.dirname(torch.__file__))"
+    OUTPUT_VARIABLE _out ERROR_QUIET RESULT_VARIABLE _rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+  string(REPLACE "\n" ";" _out "${_out}")
+  list(LENGTH _out _lines)
+  if(NOT _rc EQUAL 0 OR NOT _lines EQUAL 2)
+    set(_out "")
+  endif()
+  set(_torch_out "${_out}" PARENT_SCOPE)
 endfunction()
 
 if(NOT FP8ATTN_TORCH_OP STREQUAL "OFF")
-  execute_process(
-    COMMAND "${FP8ATTN_TORCH_PYTHON}" -c
-            "import os, torch; print(torch.__version__.split('+')[0]); print(os.path.dirname(torch.__file__))"
-    OUTPUT_VARIABLE _torch_out ERROR_QUIET RESULT_VARIABLE _torch_rc OUTPUT_STRIP_TRAILING_WHITESPACE)
-  string(REPLACE "\n" ";" _torch_out "${_torch_out}")
-  list(LENGTH _torch_out _torch_lines)
-  if(NOT _torch_rc EQUAL 0 OR NOT _torch_lines EQUAL 2)
+  fp8attn_probe_torch()
+  set(_torch_where "")
+  if(NOT _torch_out AND SKBUILD AND "${FP8ATTN_TORCH_PYTHON}" STREQUAL "${Python3_EXECUTABLE}"
+     AND DEFINED ENV{PYTHONPATH})
+    fp8attn_probe_torch(${CMAKE_COMMAND} -E env --unset=PYTHONPATH --unset=PYTHONNOUSERSITE)
+    set(_torch_where " (the environment being installed into)")
+  endif()
+  if(NOT _torch_out)
     fp8attn_torch_op_skip("${FP8ATTN_TORCH_PYTHON} cannot import torch (set FP8ATTN_TORCH_PYTHON)")
   else()
     list(GET _torch_out 0 _torch_version)
@@ -54,7 +82,8 @@ if(NOT FP8ATTN_TORCH_OP STREQUAL "OFF")
       # Installed (pip install ., cmake/install.cmake) next to libfp8attn.so, which $ORIGIN finds.
       set_target_properties(fp8attn_torch PROPERTIES CXX_VISIBILITY_PRESET hidden
                                                      INSTALL_RPATH "$ORIGIN")
-      message(STATUS "fp8attn: building libfp8attn_torch.so against torch ${_torch_version} (${_torch_dir})")
+      message(STATUS "fp8attn: building libfp8attn_torch.so against torch ${_torch_version} "
+                     "(${_torch_dir}${_torch_where})")
     endif()
   endif()
 endif()

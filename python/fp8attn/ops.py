@@ -5,7 +5,10 @@ Two implementations of one schema; ``BACKEND`` says which one this process regis
 * ``"compiled"``: libfp8attn_torch.so (src/torch_op/fwd_op.cpp), a C++ op on PyTorch's stable ABI (torch
   >= 2.9), loaded from next to libfp8attn.so. Tensors reach the launch without running Python: the op fills
   the params, plans once through the C ABI, takes the split-KV workspace from torch's caching allocator and
-  launches on the current stream.
+  launches on the current stream. An installed package whose wheel was built without torch (torch installed
+  after fp8attn) compiles it at this module's first import from the source it ships (fp8attn/_torch_op/)
+  against the running torch, once: ~2.5 s with g++ on 2 cores, then cached in ~/.cache/fp8attn (see
+  ``_compile_op``). ``OP_LIBRARY`` is the path that serves.
 * ``"ctypes"``: the fallback below, a Python custom op over the ctypes binding (about 100 µs of host time
   more per call). Used when the compiled op is absent or cannot load (torch < 2.9), or when
   FP8ATTN_TORCH_OP=ctypes; ``FALLBACK_REASON`` says why, and a warning says so once when a library that
@@ -33,9 +36,16 @@ Layouts (all strided: only the last dimension must be contiguous; strides are pa
 # annotations of `fill_params` (the signature of `fwd`), which must stay real types rather than strings.
 import contextlib
 import ctypes
+import fcntl
+import hashlib
 import inspect
+import logging
 import os
+import shutil
+import subprocess
+import tempfile
 import warnings
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -313,30 +323,119 @@ _ENV_BACKEND = "FP8ATTN_TORCH_OP"
 _MIN_TORCH = "2.9"  # the stable ABI the op library targets (TORCH_TARGET_VERSION in cmake/torch_op.cmake)
 
 
-def _load_compiled_op() -> tuple[Optional[ctypes.CDLL], Optional[str], bool]:
-    """Loads libfp8attn_torch.so, which registers fp8attn::fwd. Returns (library, reason it was not loaded,
-    whether that reason deserves a warning)."""
-    if os.environ.get(_ENV_BACKEND, "").lower() == "ctypes":
-        return None, f"{_ENV_BACKEND}=ctypes", False
-    if torch.__version__ < _MIN_TORCH:
-        return None, f"torch {torch.__version__} predates the stable ABI op (needs >= {_MIN_TORCH})", True
+_SOURCE_DIR = "_torch_op"  # the op's source and C headers in an installed package (cmake/install.cmake)
+_TORCH_TARGET_VERSION = "0x0209000000000000"  # as cmake/torch_op.cmake and scripts/build_torch_op.sh
+
+
+def _cache_dir() -> Path:
+    """A folder of this user's for compiled op libraries: ~/.cache/fp8attn, else <tmp>/fp8attn-<uid>."""
+    bases = []
+    with contextlib.suppress(RuntimeError, KeyError):  # no home directory
+        bases.append(Path.home() / ".cache" / "fp8attn")
+    bases.append(Path(tempfile.gettempdir()) / f"fp8attn-{os.getuid()}")
+    for folder in bases:
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Only a folder of this user's: a library loaded from it runs in this process.
+            if folder.stat().st_uid == os.getuid() and os.access(folder, os.W_OK):
+                return folder
+        except OSError:
+            continue
+    raise OSError(f"no writable cache folder of this user's ({', '.join(str(b) for b in bases)})")
+
+
+def _compile_op(lib_path: Path) -> tuple[Optional[Path], Optional[str]]:
+    """Compiles libfp8attn_torch.so from the source an installed package ships (fp8attn/_torch_op/) against the
+    running torch and ``lib_path`` (the loaded libfp8attn.so), with the flags of scripts/build_torch_op.sh.
+
+    Returns (path, None), or (None, why not); (None, None) when there is no shipped source (a source
+    checkout: there scripts/build_torch_op.sh or the CMake build makes the op). Cached under a key of the
+    source, the headers, the library (path, size, mtime), torch (version, folder) and the compiler, so that a
+    reinstall or another torch compiles anew; concurrent processes (one per GPU) compile it once, under a
+    file lock, and a library appears in the cache only whole (written aside, then renamed)."""
+    src_dir = Path(__file__).resolve().parent / _SOURCE_DIR
+    source = src_dir / "fwd_op.cpp"
+    if not source.is_file():
+        return None, None
+    torch_dir = Path(torch.__file__).resolve().parent
+    if not (torch_dir / "include" / "torch" / "csrc" / "stable" / "library.h").is_file():
+        return None, f"torch {torch.__version__} at {torch_dir} has no stable-ABI headers to compile the op"
+    if not (torch_dir / "lib" / "libtorch_cuda.so").is_file():
+        return None, f"torch {torch.__version__} at {torch_dir} is built without CUDA (no libtorch_cuda.so)"
+    compiler = shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        return None, f"no C++ compiler (c++ or g++ on PATH) to compile {source}"
+    key = hashlib.sha256()
+    for path in [source, *sorted((src_dir / "include").rglob("*.h"))]:
+        key.update(path.name.encode() + b"\0" + path.read_bytes())
+    stat = lib_path.stat()
+    key.update(f"{lib_path}|{stat.st_size}|{stat.st_mtime_ns}|{torch.__version__}|{torch_dir}|{compiler}".encode())
     try:
-        lib_dir = _lib.get_lib().path.parent
+        cache = _cache_dir()
+    except OSError as err:
+        return None, str(err)
+    target = cache / f"{_OP_LIB_NAME[:-3]}-{key.hexdigest()[:16]}.so"
+    if target.is_file():
+        return target, None
+    with open(cache / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if target.is_file():  # another process compiled it meanwhile
+            return target, None
+        partial = cache / f"{target.name}.{os.getpid()}.tmp"
+        command = [
+            compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
+            f"-DTORCH_TARGET_VERSION={_TORCH_TARGET_VERSION}",
+            "-I", str(src_dir / "include"), "-isystem", str(torch_dir / "include"), str(source),
+            # libfp8attn.so by its path (the op needs its soname; the loaded copy serves it) and its folder as
+            # RUNPATH; torch's libraries by name only: torch has loaded them by the time the op loads.
+            str(lib_path), f"-Wl,-rpath,{lib_path.parent}",
+            "-L", str(torch_dir / "lib"), "-ltorch_cpu", "-ltorch_cuda",
+            "-o", str(partial),
+        ]
+        logging.getLogger(__name__).info("fp8attn: compiling %s for torch %s: %s", target, torch.__version__,
+                                         " ".join(command))
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            partial.unlink(missing_ok=True)
+            return None, f"cannot compile {source}: {err}"
+        if run.returncode != 0:
+            partial.unlink(missing_ok=True)
+            tail = " ".join((run.stderr or run.stdout).strip().splitlines()[-5:])
+            return None, f"compiling {source} failed (exit {run.returncode}: {' '.join(command)}): {tail}"
+        os.replace(partial, target)
+    return target, None
+
+
+def _load_compiled_op() -> tuple[Optional[ctypes.CDLL], Optional[str], bool, Optional[Path]]:
+    """Loads libfp8attn_torch.so, which registers fp8attn::fwd: the one next to libfp8attn.so, else (an
+    installed package) the one compiled from the package's source. Returns (library, reason it was not loaded,
+    whether that reason deserves a warning, the library's path)."""
+    if os.environ.get(_ENV_BACKEND, "").lower() == "ctypes":
+        return None, f"{_ENV_BACKEND}=ctypes", False, None
+    if torch.__version__ < _MIN_TORCH:
+        return None, f"torch {torch.__version__} predates the stable ABI op (needs >= {_MIN_TORCH})", True, None
+    try:
+        lib_path = _lib.get_lib().path
     except _lib.LibraryNotFoundError as err:
-        return None, str(err), False  # the first call raises this anyway; no op library can help
-    path = lib_dir / _OP_LIB_NAME
+        return None, str(err), False, None  # the first call raises this anyway; no op library can help
+    path = lib_path.parent / _OP_LIB_NAME
     if not path.is_file():
-        return None, f"{path} is not built (build with torch >= {_MIN_TORCH}: see cmake/torch_op.cmake)", True
+        compiled, why_not = _compile_op(lib_path)
+        if compiled is None:
+            reason = f"{path} is not built (build with torch >= {_MIN_TORCH}: see cmake/torch_op.cmake)"
+            return None, reason + (f" and cannot be compiled here: {why_not}" if why_not else ""), True, None
+        path = compiled
     try:
         torch.ops.load_library(str(path))
         op_lib = ctypes.CDLL(str(path))
         op_lib.fp8attn_torch_last_error_code.restype = ctypes.c_int
     except (OSError, RuntimeError, AttributeError) as err:
-        return None, f"cannot load {path}: {err}", True
-    return op_lib, None, False
+        return None, f"cannot load {path}: {err}", True, None
+    return op_lib, None, False, path
 
 
-_op_lib, FALLBACK_REASON, _warn = _load_compiled_op()
+_op_lib, FALLBACK_REASON, _warn, OP_LIBRARY = _load_compiled_op()
 BACKEND = "compiled" if _op_lib is not None else "ctypes"
 
 if BACKEND == "compiled":
