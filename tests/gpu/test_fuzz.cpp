@@ -419,8 +419,9 @@ TEST(Fuzz, RandomConfigurationsMatchTheReference) {
 // (FP8ATTN_SANITIZE_FUZZ) need to cover every variant, whatever the fuzz drew. A decode call (few packed rows)
 // selects block_m = 64, a prefill call over more than 1024 keys block_m = 128 where it is compiled (d > 64), a
 // long prefill call (>= 8192 keys, 576 rows) block_m = 192 where it is compiled (dv = 64); the test checks that
-// together they reach every kernel.
-enum class CallKind { kDecode, kPrefill, kLongPrefill };
+// together they reach every kernel. The prefill calls' sequences have about the same query lengths, so that
+// they take the direct grid; the mixed call (decodes beside a chunk) takes the varlen schedule.
+enum class CallKind { kDecode, kPrefill, kLongPrefill, kMixed };
 
 TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
   std::set<std::string> compiled, covered;
@@ -431,14 +432,13 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
   ASSERT_TRUE(fp8attn::query_device(&device).ok());
   uint64_t seed = 7000;
   for (const auto& [d, dv] : compiled_head_dims()) {
-    for (const CallKind kind : {CallKind::kDecode, CallKind::kPrefill, CallKind::kLongPrefill}) {
-      const bool decode = kind == CallKind::kDecode;
+    for (const CallKind kind : {CallKind::kDecode, CallKind::kPrefill, CallKind::kLongPrefill, CallKind::kMixed}) {
+      const bool paged = kind == CallKind::kDecode || kind == CallKind::kMixed;
       Case c;
       c.head_dim = d;
       c.head_dim_v = dv;
       c.heads_q = 8;
       c.heads_kv = 2;
-      c.batch = 3;
       c.varlen_q = true;
       switch (kind) {
         case CallKind::kDecode:
@@ -446,18 +446,23 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
           c.seqlens_k = {700, 33, 1};
           break;
         case CallKind::kPrefill:
-          c.seqlens_q = {200, 17, 130};
-          c.seqlens_k = {300, 17, 1100};
+          c.seqlens_q = {200, 190, 185};
+          c.seqlens_k = {300, 190, 1100};
           break;
         case CallKind::kLongPrefill:
-          c.seqlens_q = {576, 100, 383};
-          c.seqlens_k = {8300, 100, 5000};
+          c.seqlens_q = {576, 540};
+          c.seqlens_k = {8300, 5000};
+          break;
+        case CallKind::kMixed:
+          c.seqlens_q = {1, 1, 300, 1};
+          c.seqlens_k = {700, 33, 900, 1};
           break;
       }
-      c.kv = decode ? KvLayout::kPaged : KvLayout::kVarlen;
+      c.batch = static_cast<int>(c.seqlens_q.size());
+      c.kv = paged ? KvLayout::kPaged : KvLayout::kVarlen;
       c.page_size = 32;
       c.causal = true;
-      c.sink = decode ? SinkType::kF32 : SinkType::kNone;
+      c.sink = paged ? SinkType::kF32 : SinkType::kNone;
       c.seed = seed++;
       SCOPED_TRACE(c.describe());
       Problem problem(c);
