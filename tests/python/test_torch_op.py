@@ -40,7 +40,7 @@ def _normalized(schema: str) -> str:
 
 def test_compiled_op_serves_when_built() -> None:
     if not _op_library().is_file():
-        pytest.skip(f"{_op_library()} is not built (configure with FP8ATTN_TORCH_PYTHON, see cmake/torch_op.cmake)")
+        pytest.skip(f"{_op_library()} is not built (a build whose Python has torch >= 2.9 builds it: cmake/torch_op.cmake)")
     if os.environ.get("FP8ATTN_TORCH_OP", "").lower() == "ctypes":
         pytest.skip("FP8ATTN_TORCH_OP=ctypes forces the fallback")
     assert ops.BACKEND == "compiled", ops.FALLBACK_REASON
