@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -36,6 +35,7 @@ import torch.nn.functional as F
 
 import bench_common as bc
 import fp8attn
+from shapes import shapes_path
 
 E4M3 = torch.float8_e4m3fn
 PAGE = 16
@@ -47,20 +47,6 @@ def flush_suffix(kind: str) -> str:
     """What a result key measured under a flush other than the first carries: 'us' + '_read_flush'."""
     return f"_{kind}_flush"
 PEER_MODULES = {"fa3_fp8": "flash_attn_interface", "vllm_fa_fp8": "vllm.vllm_flash_attn"}
-
-
-def shapes_path() -> Path:
-    env = os.environ.get("FP8ATTN_DECODE_SHAPES")
-    if env:
-        if not Path(env).is_file():
-            raise SystemExit(f"FP8ATTN_DECODE_SHAPES={env} is not a file")
-        return Path(env)
-    shared = bc.REPO_ROOT.parent / "shared" / "bench" / "decode_shapes.json"
-    for candidate in (shared, bc.BENCH_DIR / "decode_shapes.json"):
-        if candidate.is_file():
-            return candidate
-    raise SystemExit("decode_shapes.json not found: set FP8ATTN_DECODE_SHAPES, or put it in ../shared/bench/ "
-                     "or bench/")
 
 
 def named_shapes(names: list[str]) -> list[dict[str, Any]]:

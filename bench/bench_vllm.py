@@ -41,13 +41,14 @@ import inspect
 import itertools
 import json
 import math
-import os
 import random
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+from shapes import shapes_path
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -227,19 +228,6 @@ def spec_plans(max_seqlen_k: int) -> list[Plan]:
     return [model_plan(f"{model}-spec-{requests}x{SPEC_TOKENS}-{context // 1024}k", "spec", model,
                        [SPEC_TOKENS] * requests, [context] * requests, max_seqlen_k)
             for model, requests, context in SPEC_STEPS]
-
-
-def shapes_path() -> Path:
-    """decode_shapes.json, looked up as bench_decode.shapes_path does (that module needs torch to import)."""
-    env = os.environ.get("FP8ATTN_DECODE_SHAPES")
-    if env:
-        if not Path(env).is_file():
-            raise SystemExit(f"FP8ATTN_DECODE_SHAPES={env} is not a file")
-        return Path(env)
-    for candidate in (REPO_ROOT.parent / "shared" / "bench" / "decode_shapes.json", BENCH_DIR / "decode_shapes.json"):
-        if candidate.is_file():
-            return candidate
-    raise SystemExit("decode_shapes.json not found: set FP8ATTN_DECODE_SHAPES, or put it in ../shared/bench/ or bench/")
 
 
 def build_plans(kinds: list[str], shapes_file: Optional[dict[str, Any]] = None) -> list[Plan]:

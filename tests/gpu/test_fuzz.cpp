@@ -109,6 +109,18 @@ double reference_work(const Case& c) {
   return work * c.heads_q * (c.head_dim + c.head_dim_v);
 }
 
+// Descale forms, sink, output dtype and LSE: drawn alike for every kind of configuration.
+void draw_outputs_and_scales(Draw& draw, Case& c) {
+  const DescaleForm forms[] = {DescaleForm::kNone, DescaleForm::kScalar, DescaleForm::kPerBatchHead,
+                               DescaleForm::kBroadcastAll, DescaleForm::kBroadcastBatch};
+  c.descale_q = forms[draw.uniform(0, 4)];
+  c.descale_k = forms[draw.uniform(0, 4)];
+  c.descale_v = forms[draw.uniform(0, 4)];
+  c.sink = draw.pick({SinkType::kNone, SinkType::kNone, SinkType::kF32, SinkType::kBF16});
+  c.out_dtype = draw.chance(0.5) ? FP8ATTN_DTYPE_BF16 : FP8ATTN_DTYPE_F16;
+  c.lse = draw.chance(0.85);
+}
+
 Case random_case(uint64_t seed, int index) {
   Draw draw(mix(seed ^ mix(static_cast<uint64_t>(index))));
   Case c;
@@ -170,14 +182,7 @@ Case random_case(uint64_t seed, int index) {
       c.window_right = draw.pick({-1, 0});
       break;
   }
-  const DescaleForm forms[] = {DescaleForm::kNone, DescaleForm::kScalar, DescaleForm::kPerBatchHead,
-                               DescaleForm::kBroadcastAll, DescaleForm::kBroadcastBatch};
-  c.descale_q = forms[draw.uniform(0, 4)];
-  c.descale_k = forms[draw.uniform(0, 4)];
-  c.descale_v = forms[draw.uniform(0, 4)];
-  c.sink = draw.pick({SinkType::kNone, SinkType::kNone, SinkType::kF32, SinkType::kBF16});
-  c.out_dtype = draw.chance(0.5) ? FP8ATTN_DTYPE_BF16 : FP8ATTN_DTYPE_F16;
-  c.lse = draw.chance(0.85);
+  draw_outputs_and_scales(draw, c);
   c.num_splits = draw.pick({0, 0, 0, 1, 2, 3, 5, 8, 16});
   c.seed = draw.bits();
 
@@ -284,14 +289,7 @@ Case random_mixed_case(uint64_t seed, int index) {
       c.causal = true;
       break;
   }
-  const DescaleForm forms[] = {DescaleForm::kNone, DescaleForm::kScalar, DescaleForm::kPerBatchHead,
-                               DescaleForm::kBroadcastAll, DescaleForm::kBroadcastBatch};
-  c.descale_q = forms[draw.uniform(0, 4)];
-  c.descale_k = forms[draw.uniform(0, 4)];
-  c.descale_v = forms[draw.uniform(0, 4)];
-  c.sink = draw.pick({SinkType::kNone, SinkType::kNone, SinkType::kF32, SinkType::kBF16});
-  c.out_dtype = draw.chance(0.5) ? FP8ATTN_DTYPE_BF16 : FP8ATTN_DTYPE_F16;
-  c.lse = draw.chance(0.85);
+  draw_outputs_and_scales(draw, c);
   switch (draw.uniform(0, 5)) {
     case 0:
     case 1:
