@@ -21,6 +21,7 @@
 #include <cute/config.hpp>
 
 #include "sm90/kernel_args.cuh"
+#include "sm90/ptx.cuh"
 
 namespace fp8attn::sm90 {
 
@@ -103,13 +104,7 @@ struct SingleTileScheduler {
   // The same tile, from the block index read again (a volatile read is not merged with the first): the MMA
   // warpgroups recompute their tile after the KV loop rather than hold its coordinates in registers through it.
   // Not for the varlen schedule, whose tile the kernel keeps in shared memory instead.
-  CUTE_DEVICE static TileCoord tile_reread(const FwdArgs& args) {
-    uint3 block;
-    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block.x));
-    asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(block.y));
-    asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(block.z));
-    return tile_of(args, block);
-  }
+  CUTE_DEVICE static TileCoord tile_reread(const FwdArgs& args) { return tile_of(args, block_idx_reread()); }
 
  private:
   CUTE_DEVICE static TileCoord tile_of(const FwdArgs& args, uint3 block) {

@@ -26,6 +26,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "sm90/ptx.cuh"
+
 namespace fp8attn::sm90 {
 
 using namespace cute;
@@ -110,17 +112,6 @@ struct VTransposePlan {
   CUTE_HOST_DEVICE static constexpr uint32_t first_selector(int lane) { return lane < 16 ? 0x6420u : 0x7531u; }
   CUTE_HOST_DEVICE static constexpr uint32_t second_selector(int lane) { return lane < 16 ? 0x7531u : 0x6420u; }
 };
-
-CUTE_DEVICE void ldsm_x4_trans(uint32_t smem_address, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address));
-}
-
-CUTE_DEVICE void stsm_x4(uint32_t smem_address, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address), "r"(r0),
-               "r"(r1), "r"(r2), "r"(r3));
-}
 
 // One V tile by one transpose warp. lane_load_base / lane_store_base: this lane's base address in the stage
 // (shared-memory window addresses). Keys at or past the tile's valid keys are written as zeros: their P is 0,

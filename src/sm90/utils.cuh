@@ -5,25 +5,19 @@
 #include <cute/arch/mma_sm90_gmma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
+#include "sm90/ptx.cuh"
+
 namespace fp8attn::sm90 {
 
 using namespace cute;
 
-// 2^x with the SFU (MUFU.EX2); 2^-inf = 0, which is how masked scores vanish.
-CUTE_DEVICE float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// threadIdx.x, read again rather than reused: values derived from the thread index that are needed only after
-// the KV loop (the epilogue's rows) are then recomputed instead of held in a register through the loop, where
-// the MMA warpgroups have none to spare (a volatile read is not merged with the earlier one).
-CUTE_DEVICE int thread_idx_reread() {
-  int t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return t;
-}
+// The named barriers (bar.sync ids) the kernels use; CUTLASS's pipelines synchronize through mbarriers instead.
+// Each id is an immediate at its call site: a register id makes ptxas reserve all 16.
+enum NamedBarrierId : uint32_t {
+  kEpilogueWarpgroup0 = 0,  // one MMA warpgroup's staged output rows (epilogue.cuh), per warpgroup
+  kEpilogueWarpgroup1 = 1,
+  kEpilogueWarpgroup2 = 2,
+};
 
 // Reductions over the 4 threads of a quad, which together hold one accumulator row.
 CUTE_DEVICE float quad_allreduce_max(float x) {
@@ -33,13 +27,6 @@ CUTE_DEVICE float quad_allreduce_max(float x) {
 CUTE_DEVICE float quad_allreduce_sum(float x) {
   x += __shfl_xor_sync(0xffffffff, x, 1);
   return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
-
-// Two fp32 values to two E4M3 bytes (lo in the low byte), round-to-nearest-even, saturating at 448.
-CUTE_DEVICE uint32_t pack_e4m3x2(float lo, float hi) {
-  uint16_t packed;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(hi), "f"(lo));
-  return packed;
 }
 
 // The WGMMA K steps of one warpgroup GEMM, to be bracketed by warpgroup_arrive() and

@@ -1,0 +1,55 @@
+// fp8attn SM90: the inline PTX the kernels use, each instruction behind one named function, in one place.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/config.hpp>
+
+namespace fp8attn::sm90 {
+
+// 2^x with the SFU (MUFU.EX2); 2^-inf = 0, which is how masked scores vanish.
+CUTE_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// threadIdx.x, read again rather than reused: values derived from the thread index that are needed only after
+// the KV loop (the epilogue's rows) are then recomputed instead of held in a register through the loop, where
+// the MMA warpgroups have none to spare (a volatile read is not merged with the earlier one).
+CUTE_DEVICE int thread_idx_reread() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
+// blockIdx, read again for the same reason as thread_idx_reread.
+CUTE_DEVICE uint3 block_idx_reread() {
+  uint3 block;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block.x));
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(block.y));
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(block.z));
+  return block;
+}
+
+// Two fp32 values to two E4M3 bytes (lo in the low byte), round-to-nearest-even, saturating at 448.
+CUTE_DEVICE uint32_t pack_e4m3x2(float lo, float hi) {
+  uint16_t packed;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+
+// Four 8x8 b16 matrices from shared memory, transposed (ldmatrix .trans): the V transpose's loads.
+CUTE_DEVICE void ldsm_x4_trans(uint32_t smem_address, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address));
+}
+
+// Four 8x8 b16 matrices to shared memory (stmatrix): the V transpose's stores.
+CUTE_DEVICE void stsm_x4(uint32_t smem_address, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3));
+}
+
+}  // namespace fp8attn::sm90
