@@ -109,6 +109,15 @@ double reference_work(const Case& c) {
   return work * c.heads_q * (c.head_dim + c.head_dim_v);
 }
 
+// Head dims (a compiled pair) and heads (MHA, GQA, MQA): drawn alike for every kind of configuration.
+void draw_head_dims_and_heads(Draw& draw, Case& c) {
+  const auto [d, dv] = draw.pick(compiled_head_dims());
+  c.head_dim = d;
+  c.head_dim_v = dv;
+  c.heads_kv = draw.pick({1, 1, 2, 4});
+  c.heads_q = c.heads_kv * draw.pick({1, 2, 4, 8});
+}
+
 // Descale forms, sink, output dtype and LSE: drawn alike for every kind of configuration.
 void draw_outputs_and_scales(Draw& draw, Case& c) {
   const DescaleForm forms[] = {DescaleForm::kNone, DescaleForm::kScalar, DescaleForm::kPerBatchHead,
@@ -124,11 +133,7 @@ void draw_outputs_and_scales(Draw& draw, Case& c) {
 Case random_case(uint64_t seed, int index) {
   Draw draw(mix(seed ^ mix(static_cast<uint64_t>(index))));
   Case c;
-  const auto [d, dv] = draw.pick(compiled_head_dims());
-  c.head_dim = d;
-  c.head_dim_v = dv;
-  c.heads_kv = draw.pick({1, 1, 2, 4});
-  c.heads_q = c.heads_kv * draw.pick({1, 2, 4, 8});
+  draw_head_dims_and_heads(draw, c);
   c.batch = draw.uniform(1, 4);
 
   enum Layout { kDense, kDenseSequsedK, kVarlen, kVarlenQDenseK, kPagedVarlenQ, kPagedDenseQ };
@@ -234,11 +239,7 @@ double input_elements(const Case& c) {
 Case random_mixed_case(uint64_t seed, int index) {
   Draw draw(mix(mix(seed ^ kMixedStream) ^ mix(static_cast<uint64_t>(index))));
   Case c;
-  const auto [d, dv] = draw.pick(compiled_head_dims());
-  c.head_dim = d;
-  c.head_dim_v = dv;
-  c.heads_kv = draw.pick({1, 1, 2, 4});
-  c.heads_q = c.heads_kv * draw.pick({1, 2, 4, 8});
+  draw_head_dims_and_heads(draw, c);
   c.varlen_q = true;
 
   struct Request {
