@@ -68,10 +68,15 @@ struct SplitWorkspace {
   int64_t o_floats = 0;
   int64_t lse_floats = 0;
 
+  // One split's share: partial O and LSE of every (row, q head).
+  static SplitWorkspace per_split(int64_t partial_rows, int num_heads_q, int head_dim_v) {
+    const int64_t rows_heads = partial_rows * num_heads_q;
+    return {rows_heads * head_dim_v, rows_heads};
+  }
   static SplitWorkspace of(const KernelConfig& config, int num_heads_q, int head_dim_v) {
     if (!config.split_kv()) { return {}; }
-    const int64_t rows_heads = int64_t(config.num_splits) * config.partial_rows * num_heads_q;
-    return {rows_heads * head_dim_v, rows_heads};
+    const SplitWorkspace one = per_split(config.partial_rows, num_heads_q, head_dim_v);
+    return {config.num_splits * one.o_floats, config.num_splits * one.lse_floats};
   }
   size_t bytes() const { return size_t(o_floats + lse_floats) * sizeof(float); }
 };

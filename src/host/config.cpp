@@ -122,9 +122,8 @@ int split_heuristic(int64_t ctas, int kv_blocks, int slots, int split_cap) {
 // up to 512 tokens, whatever its shape). The ceiling also keeps the workspace under kMaxWorkspaceBytes.
 int split_ceiling(const ProblemShape& p, int64_t partial_rows) {
   const int requested = p.num_splits_requested == 0 ? kMaxHeuristicSplits : p.num_splits_requested;
-  const int64_t bytes_per_split = std::max<int64_t>(1, partial_rows * p.num_heads_q * (p.head_dim_v + 1) *
-                                                           int64_t(sizeof(float)));
-  const int64_t fits = int64_t(kMaxWorkspaceBytes) / bytes_per_split;
+  const size_t bytes_per_split = SplitWorkspace::per_split(partial_rows, p.num_heads_q, p.head_dim_v).bytes();
+  const int64_t fits = int64_t(kMaxWorkspaceBytes / std::max<size_t>(1, bytes_per_split));
   return int(std::clamp<int64_t>(fits, 1, requested));
 }
 
