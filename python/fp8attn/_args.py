@@ -1,5 +1,7 @@
-"""Argument rules of the Python API that need no torch: rejection of unsupported features, window and
-length-argument normalisation, output-dtype resolution. Kept torch-free so CPU-only CI tests them.
+"""What the Python API decides before the op, with no torch: rejection of keywords the op does not carry,
+window normalisation, output-dtype resolution, the default softmax scale. Every rule about the call itself
+(shapes, lengths, which length arguments go together) is the library's (src/host/validate.cpp). Kept
+torch-free so CPU-only CI tests it.
 """
 
 from __future__ import annotations
@@ -72,15 +74,6 @@ def normalize_window(window_size: Optional[Sequence[int]], causal: bool) -> tupl
     if causal:
         right = 0
     return left, right
-
-
-def check_kv_length_args(has_cu_seqlens_k: bool, has_seqused_k: bool, has_block_table: bool) -> None:
-    """vLLM's rule for flash_attn_varlen_func: exactly one of cu_seqlens_k / seqused_k, and a paged
-    cache (block_table) needs seqused_k."""
-    if has_cu_seqlens_k == has_seqused_k:
-        raise ValueError("fp8attn: pass exactly one of cu_seqlens_k and seqused_k")
-    if has_block_table and not has_seqused_k:
-        raise ValueError("fp8attn: block_table (paged K/V) requires seqused_k")
 
 
 def resolve_out_dtype(out_dtype: Any, given_out_dtype: Any, default: Any) -> Any:

@@ -9,23 +9,33 @@ output is fp16 or bf16; the optional LSE is fp32, natural log, including the sin
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
-from . import _args, _checks
+from . import _args
 from . import ops  # registers torch.ops.fp8attn.fwd
 
 _FWD = ops.FWD
 
 Result = Union[Tensor, tuple[Tensor, Tensor]]
 
-# How each public function spells its arguments in error messages.
-_VARLEN_NAMES = _checks.Names("flash_attn_varlen_func", int32=torch.int32)
-_KVCACHE_NAMES = _checks.Names("flash_attn_with_kvcache", k="k_cache", v="v_cache", seqused_k="cache_seqlens",
-                               int32=torch.int32)
-_DENSE_NAMES = _checks.Names("flash_attn_func", int32=torch.int32)
+# The library's rules (src/host/validate.cpp) are the only ones: this module checks nothing they check. Its
+# messages start with the argument's name ("k: expected shape ..."); a function that spells an argument
+# otherwise (flash_attn_with_kvcache's k_cache, cache_seqlens) gets its own spelling back.
+_KVCACHE_SPELLING = {"k": "k_cache", "v": "v_cache", "seqused_k": "cache_seqlens"}
+_LEADING_NAME = re.compile(r"\w+")
+
+
+def _in_callers_words(message: str, function: str, spelling: dict[str, str]) -> str:
+    """The library's (or the op's) message under the function the user called, in its argument names."""
+    message = message.removeprefix("fp8attn: ")
+    head = _LEADING_NAME.match(message)
+    if head is not None and head.group() in spelling:
+        message = spelling[head.group()] + message[head.end():]
+    return f"fp8attn.{function}: {message}"
 
 
 def _last_dim_contiguous(t: Tensor) -> Tensor:
@@ -41,18 +51,17 @@ def _check_device(q: Tensor) -> None:
 
 
 def _call(
-    names: _checks.Names, q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor], out_dtype: Optional[torch.dtype],
+    function: str, spelling: dict[str, str], q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor], out_dtype: Optional[torch.dtype],
     return_lse: bool, lse_shape: tuple[int, ...], *, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
     seqused_k: Optional[Tensor], block_table: Optional[Tensor], q_descale: Optional[Tensor],
     k_descale: Optional[Tensor], v_descale: Optional[Tensor], s_aux: Optional[Tensor], max_seqlen_q: int,
     max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_size: Optional[Sequence[int]],
     num_splits: int,
 ) -> Result:
-    """Checks every extent, allocates out/lse when needed, runs the op, returns out or (out, lse)."""
+    """Allocates out/lse when needed, runs the op, returns out or (out, lse). The op and the library check the
+    call; a refusal is raised in the words of ``function`` (see ``_in_callers_words``)."""
     _check_device(q)
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
-    _checks.check_call(names, q, k, v, out, None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale,
-                       k_descale, v_descale, s_aux, max_seqlen_q, max_seqlen_k, num_splits)
     dtype = _args.resolve_out_dtype(out_dtype, None if out is None else out.dtype, torch.bfloat16)
     if out is None:
         out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
@@ -70,9 +79,7 @@ def _call(
         except RuntimeError as err:
             ops.reraise(err)  # the compiled op's refusals, as the exception types the ctypes op raises
     except (ValueError, NotImplementedError) as err:
-        # The library's words, under the name of the function the user called.
-        message = str(err).removeprefix("fp8attn: ")
-        raise type(err)(f"fp8attn.{names.function}: {message}") from None
+        raise type(err)(_in_callers_words(str(err), function, spelling)) from None
     return (out, lse) if return_lse else out
 
 
@@ -158,9 +165,8 @@ def flash_attn_varlen_func(
         block_sparse_tensors=block_sparse_tensors, aux_tensors=aux_tensors,
         aux_tensor_leading_dims=aux_tensor_leading_dims, dynamic_causal=dynamic_causal,
         gather_kv_indices=gather_kv_indices, gather_kv_valid_length=gather_kv_valid_length)
-    _args.check_kv_length_args(cu_seqlens_k is not None, seqused_k is not None, block_table is not None)
     return _call(
-        _VARLEN_NAMES, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[1], q.shape[0]),
+        "flash_attn_varlen_func", {}, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[1], q.shape[0]),
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=block_table,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -206,13 +212,11 @@ def flash_attn_with_kvcache(
     if isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
     if block_table is not None:
-        if cache_seqlens is None:
-            raise ValueError("fp8attn: a paged cache (block_table) needs cache_seqlens")
         max_seqlen_k = block_table.shape[1] * k_cache.shape[1]
     else:
         max_seqlen_k = k_cache.shape[1]
     return _call(
-        _KVCACHE_NAMES, q, k_cache, v_cache, out, out_dtype, return_softmax_lse, (batch, q.shape[2], q.shape[1]),
+        "flash_attn_with_kvcache", _KVCACHE_SPELLING, q, k_cache, v_cache, out, out_dtype, return_softmax_lse, (batch, q.shape[2], q.shape[1]),
         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=cache_seqlens, block_table=block_table,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1],
         max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -243,7 +247,7 @@ def flash_attn_func(
     """
     _args.reject_unsupported(softcap=softcap)
     return _call(
-        _DENSE_NAMES, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[0], q.shape[2], q.shape[1]),
+        "flash_attn_func", {}, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[0], q.shape[2], q.shape[1]),
         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, q_descale=q_descale,
         k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1],
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, num_splits=num_splits)

@@ -107,6 +107,8 @@ def expected_lse_shape(q: Tensor, varlen_q: bool) -> tuple[int, ...]:
 
 
 def _check_output_shapes(q: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], varlen_q: bool) -> None:
+    """The fake's check: the buffers the op writes have the shapes and dtypes it writes (the library checks the
+    same on a real call, validate.cpp's check_extents and check_dtypes)."""
     if tuple(out.shape) != expected_out_shape(q, v):
         raise ValueError(f"fp8attn: out must have shape {expected_out_shape(q, v)}, got {tuple(out.shape)}")
     if out.dtype not in (torch.float16, torch.bfloat16):
@@ -115,8 +117,13 @@ def _check_output_shapes(q: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor
         if tuple(lse.shape) != expected_lse_shape(q, varlen_q):
             raise ValueError(
                 f"fp8attn: lse must have shape {expected_lse_shape(q, varlen_q)}, got {tuple(lse.shape)}")
-        if lse.dtype != torch.float32:
-            raise ValueError(f"fp8attn: lse must be float32, got {lse.dtype}")
+        _check_lse_dtype(lse)
+
+
+def _check_lse_dtype(lse: Tensor) -> None:
+    # params.h's lse is a float pointer with no dtype field: only this layer can see the dtype.
+    if lse.dtype != torch.float32:
+        raise ValueError(f"fp8attn: lse must be float32, got {lse.dtype}")
 
 
 def _fill_descale(desc: _lib.Descale, t: Optional[Tensor], batch: int, num_heads_kv: int, name: str) -> None:
@@ -180,9 +187,10 @@ def fill_params(
 ) -> None:
     """Fills ``params`` (already defaulted by fp8attn_fwd_params_init) from tensors.
 
-    Checks only what the C library cannot see (the last-dimension stride, tensor ranks per layout,
-    devices, dtypes without a C code, pointer-only arrays being dense); every other rule is the
-    library's, so its messages stay the single source of truth.
+    Checks only what the C library cannot see (the last-dimension stride, tensor ranks per layout, devices,
+    dtypes without a C code or a params field, pointer-only arrays being dense); every other rule, out's and
+    lse's shapes included, is the library's, so its messages are the single source of truth.
+    src/torch_op/fwd_op.cpp is the same mapping in C++.
     """
     varlen_q = cu_seqlens_q is not None
     paged = block_table is not None
@@ -197,11 +205,15 @@ def fill_params(
         k_layout = "[B, Sk, Hkv, d]"
     _check_ndim(k, 3 if varlen_k else 4, "k", k_layout)
     _check_ndim(v, 3 if varlen_k else 4, "v", k_layout)
-    _check_output_shapes(q, v, out, lse, varlen_q)
+    _check_ndim(out, q.dim(), "out", "q's layout with head_dim_v")
+    if lse is not None:
+        _check_ndim(lse, 2 if varlen_q else 3, "lse", "[Hq, total_q]" if varlen_q else "[B, Hq, Sq]")
     for t, name in ((q, "q"), (k, "k"), (v, "v"), (out, "out")):
         _check_last_dim_contiguous(t, name)
-    if lse is not None and lse.size(-1) > 1 and lse.stride(-1) != 1:
-        raise ValueError(f"fp8attn: lse must have token stride 1, got strides {tuple(lse.stride())}")
+    if lse is not None:
+        _check_lse_dtype(lse)
+        if lse.size(-1) > 1 and lse.stride(-1) != 1:  # params.h has no token stride for lse: it is 1
+            raise ValueError(f"fp8attn: lse must have token stride 1, got strides {tuple(lse.stride())}")
     for t, name in ((cu_seqlens_q, "cu_seqlens_q"), (cu_seqlens_k, "cu_seqlens_k"), (seqused_k, "seqused_k")):
         _check_int32_vector(t, name)
     named = {

@@ -11,7 +11,9 @@
 // std::runtime_error (RuntimeError); their fp8attn status code stays readable through
 // fp8attn_torch_last_error_code(), so the Python wrappers can raise NotImplementedError /
 // KernelNotCompiledError as the ctypes path does. The checks here cover what the C ABI cannot see (ranks,
-// the last-dimension stride, devices, dtypes without a C code); every other rule is the library's.
+// the last-dimension stride, devices, dtypes without a C code or a params field); every other rule, out's
+// and lse's shapes included, is the library's (src/host/validate.cpp). python/fp8attn/ops.py's fill_params
+// is the same mapping for the ctypes op.
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
@@ -177,12 +179,6 @@ void fill_descale(fp8attn_descale& desc, const View& t, int32_t batch, int32_t n
   desc.dtype = dtype_code(t);
 }
 
-std::string expected_out_shape(const View& q, const View& v) {
-  std::string s = "(";
-  for (int64_t i = 0; i + 1 < q.ndim; ++i) s += std::to_string(q.size(i)) + ", ";
-  return s + std::to_string(v.size(-1)) + ")";
-}
-
 void fwd(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& out_t, const OptionalTensor& lse_t,
          const OptionalTensor& cu_seqlens_q_t, const OptionalTensor& cu_seqlens_k_t, const OptionalTensor& seqused_k_t,
          const OptionalTensor& block_table_t, const OptionalTensor& q_descale_t, const OptionalTensor& k_descale_t,
@@ -206,23 +202,10 @@ void fwd(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& 
                                     : "[B, Sk, Hkv, d]";
   check_ndim(k, varlen_k ? 3 : 4, k_layout);
   check_ndim(v, varlen_k ? 3 : 4, k_layout);
-  bool out_shape_ok = out.ndim == q.ndim && out.size(-1) == v.size(-1);
-  for (int64_t i = 0; out_shape_ok && i + 1 < q.ndim; ++i) out_shape_ok = out.size(i) == q.size(i);
-  if (!out_shape_ok) invalid("out must have shape " + expected_out_shape(q, v) + ", got " + shape_of(out_t));
-  if (out.dtype != ScalarType::Half && out.dtype != ScalarType::BFloat16) {
-    invalid(std::string("out must be float16 or bfloat16, got ") + torch::headeronly::toString(out.dtype));
-  }
+  check_ndim(out, q.ndim, "q's layout with head_dim_v");
   if (lse.tensor != nullptr) {
-    const bool lse_shape_ok = varlen_q ? lse.ndim == 2 && lse.size(0) == q.size(1) && lse.size(1) == q.size(0)
-                                       : lse.ndim == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(2) &&
-                                             lse.size(2) == q.size(1);
-    if (!lse_shape_ok) {
-      invalid("lse must have shape " +
-              (varlen_q ? "(" + std::to_string(q.size(1)) + ", " + std::to_string(q.size(0)) + ")"
-                        : "(" + std::to_string(q.size(0)) + ", " + std::to_string(q.size(2)) + ", " +
-                              std::to_string(q.size(1)) + ")") +
-              ", got " + shape_of(*lse.tensor));
-    }
+    check_ndim(lse, varlen_q ? 2 : 3, varlen_q ? "[Hq, total_q]" : "[B, Hq, Sq]");
+    // params.h's lse is a float pointer with no dtype field and no token stride: only this layer sees them.
     if (lse.dtype != ScalarType::Float) {
       invalid(std::string("lse must be float32, got ") + torch::headeronly::toString(lse.dtype));
     }

@@ -48,22 +48,6 @@ def test_normalize_window_rejects_bad_length() -> None:
         _args.normalize_window((1, 2, 3), False)
 
 
-@pytest.mark.parametrize("cu,used,table,ok", [
-    (True, False, False, True),
-    (False, True, False, True),
-    (False, True, True, True),
-    (True, True, False, False),
-    (False, False, False, False),
-    (True, False, True, False),
-])
-def test_kv_length_args(cu: bool, used: bool, table: bool, ok: bool) -> None:
-    if ok:
-        _args.check_kv_length_args(cu, used, table)
-    else:
-        with pytest.raises(ValueError):
-            _args.check_kv_length_args(cu, used, table)
-
-
 def test_resolve_out_dtype() -> None:
     assert _args.resolve_out_dtype(None, None, "bf16") == "bf16"
     assert _args.resolve_out_dtype(None, "fp16", "bf16") == "fp16"

@@ -110,12 +110,22 @@ def test_compiled_op_errors_take_the_ctypes_exception_types(monkeypatch: pytest.
 
 # ---- on a GPU: the compiled op's own checks -------------------------------------------------------------
 
+def valid_decode_args() -> dict[str, Any]:
+    """test_ops_meta's vLLM decode call on the GPU, with a max_seqlen_k its block table covers (the library's
+    rule), so that each test's one change is what the library refuses."""
+    import test_ops_meta as meta
+
+    a = meta.vllm_decode_args("cuda")
+    a["max_seqlen_k"] = a["block_table"].shape[1] * meta.PAGE
+    return a
+
+
 @pytest.mark.gpu
 def test_op_rejects_what_fill_params_rejects_with_the_same_words() -> None:
     import test_ops_meta as meta  # the same vLLM decode call and bad variants, here on the GPU
 
     def bad_cases() -> list[tuple[dict[str, Any], str]]:
-        base = meta.vllm_decode_args("cuda")
+        base = valid_decode_args()
         E4M3 = torch.float8_e4m3fn
         B, T, HQ, HKV, D, PAGE, NB = meta.B, meta.T, meta.HQ, meta.HKV, meta.D, meta.PAGE, meta.NUM_BLOCKS
 
@@ -129,8 +139,11 @@ def test_op_rejects_what_fill_params_rejects_with_the_same_words() -> None:
             (with_(cu_seqlens_q=torch.empty(B + 1, dtype=torch.int64, device="cuda")), "cu_seqlens_q"),
             (with_(seqused_k=torch.empty(B, 2, dtype=torch.int32, device="cuda")[:, 0]), "seqused_k"),
             (with_(block_table=torch.empty(B, 8, dtype=torch.int64, device="cuda")), "block_table"),
-            (with_(out=torch.empty(T, HQ, D, dtype=torch.float32, device="cuda")), "float16 or bfloat16"),
-            (with_(out=torch.empty(T, HQ, 64, dtype=torch.bfloat16, device="cuda")), "out must have shape"),
+            (with_(out=torch.empty(T, HQ, D, dtype=torch.float32, device="cuda")),
+             "out_dtype: expected dtype float16 or bfloat16, got float32"),
+            (with_(out=torch.empty(T, HQ, 64, dtype=torch.bfloat16, device="cuda")),
+             r"out: expected shape \[total_q=10, num_heads_q=32, head_dim_v=128\], got \(10, 32, 64\)"),
+            (with_(out=torch.empty(T * HQ, D, dtype=torch.bfloat16, device="cuda")), r"out must be q's layout"),
             (with_(k_descale=torch.empty(B, HKV, 2, device="cuda")), "k_descale"),
             (with_(s_aux=torch.empty(HQ, 2, device="cuda")[:, 0]), "s_aux"),
             (with_(seqused_k=torch.empty(B, dtype=torch.int32)), "is on cpu"),
@@ -139,9 +152,60 @@ def test_op_rejects_what_fill_params_rejects_with_the_same_words() -> None:
     for args, match in bad_cases():
         with pytest.raises(ValueError, match=match):
             ops.FWD(*meta.op_args(args))
-    base = meta.vllm_decode_args("cuda")
-    with pytest.raises(ValueError, match="lse must have shape"):
+    base = valid_decode_args()
+    with pytest.raises(ValueError, match=r"lse: expected shape \[num_heads_q=32, total_q=10\], got \(10, 32\)"):
         ops.FWD(*meta.op_args(base, torch.empty(meta.T, meta.HQ, device="cuda")))
+    with pytest.raises(ValueError, match="lse must be float32"):
+        ops.FWD(*meta.op_args(base, torch.empty(meta.HQ, meta.T, dtype=torch.float16, device="cuda")))
+
+
+# The library's rules (validate.cpp) are the only ones; a public function raises their refusal under its own
+# name, in its own spelling of the arguments (flash_attn_with_kvcache: k_cache, v_cache, cache_seqlens).
+@pytest.mark.gpu
+@pytest.mark.parametrize("change,match", [
+    ("v_half_the_pages", r"v: expected shape \[num_pages=64, page_size=16, num_heads_kv=8, head_dim_v=128\], "
+                         r"got \(32, 16, 8, 128\)"),
+    ("s_aux_per_kv_head", r"sink \(s_aux\): expected num_heads_q=32 entries, got 8"),
+    ("seqused_k_on_cpu", "seqused_k is on cpu but q is on cuda:0"),
+    ("block_table_short", r"block_table: expected batch=5 rows, got 4"),
+    ("cu_seqlens_k_too", "cu_seqlens_k: expected NULL with block_table"),
+])
+def test_public_function_raises_the_library_refusal_under_its_name(change: str, match: str) -> None:
+    import test_ops_meta as meta
+
+    a = valid_decode_args()
+    extra: dict[str, Any] = {}
+    if change == "v_half_the_pages":
+        a["v"] = torch.empty(meta.NUM_BLOCKS // 2, meta.PAGE, meta.HKV, meta.D, dtype=torch.float8_e4m3fn,
+                             device="cuda")
+    elif change == "s_aux_per_kv_head":
+        a["s_aux"] = torch.empty(meta.HKV, device="cuda")
+    elif change == "seqused_k_on_cpu":
+        a["seqused_k"] = torch.empty(meta.B, dtype=torch.int32)
+    elif change == "block_table_short":
+        a["block_table"] = torch.empty(meta.B - 1, meta.MAX_PAGES, dtype=torch.int32, device="cuda")
+    else:
+        extra["cu_seqlens_k"] = torch.zeros(meta.B + 1, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=r"^fp8attn\.flash_attn_varlen_func: " + match):
+        meta._vllm_call(a, **extra)
+
+
+@pytest.mark.gpu
+def test_kvcache_refusals_use_its_argument_names() -> None:
+    E4M3 = torch.float8_e4m3fn
+    q = torch.zeros(3, 4, 32, 128, dtype=E4M3, device="cuda")
+    k = torch.zeros(3, 300, 8, 128, dtype=E4M3, device="cuda")
+    with pytest.raises(ValueError, match=r"^fp8attn\.flash_attn_with_kvcache: v_cache: expected shape "
+                                         r"\[batch=3, seqlen_k=300, num_heads_kv=8, head_dim_v=128\]"):
+        fp8attn.flash_attn_with_kvcache(q, k, k[:, :200])
+    with pytest.raises(ValueError, match=r"^fp8attn\.flash_attn_with_kvcache: cache_seqlens: expected batch=3 "
+                                         r"entries, got 4"):
+        fp8attn.flash_attn_with_kvcache(q, k, k, cache_seqlens=torch.zeros(4, dtype=torch.int32, device="cuda"))
+    pages = torch.zeros(16, 16, 8, 128, dtype=E4M3, device="cuda")
+    with pytest.raises(ValueError, match=r"^fp8attn\.flash_attn_with_kvcache: cache_seqlens: expected a \[batch\] "
+                                         r"int32 tensor with block_table"):
+        fp8attn.flash_attn_with_kvcache(q, pages, pages, block_table=torch.zeros(3, 4, dtype=torch.int32,
+                                                                                   device="cuda"))
 
 
 @pytest.mark.gpu
