@@ -34,12 +34,16 @@ struct TileCoord {
 };
 
 // The varlen schedule's map from CTA to tile. The batch's tiles are listed sequence by sequence, M block by M
-// block, sequence b having ceil(rows_b / kBlockM) of them (rows_b: its query rows, times G when packing); CTA i
-// takes head i % heads of tile (tiles - 1 - i / heads), so the last tiles start first: vLLM lists the prefill
-// chunk after the decodes, and a causal chunk's last M blocks see the most keys. Each warp finds its tile from
-// cu_seqlens_q itself: a first pass sums every sequence's tiles (32 sequences a step, the loads independent of
-// each other), a second finds the sequence by a warp prefix sum over the same, now cached, lengths. No pre-pass
-// kernel and no workspace, so a captured CUDA graph stays valid whatever the lengths. Called by whole warps.
+// block, sequence b having ceil(rows_b / kBlockM) of them (rows_b: its query rows, times G when packing). CTA i
+// takes head i % heads of the tile of rank i / heads in the order: first the tiles of the one-tile sequences
+// (decodes, in batch order), then the other sequences' tiles from the last. A decode's tile streams its whole
+// context from DRAM alone and is the longest tile of a mixed batch; started last it was the tail (design.md,
+// "The varlen schedule"). Among the prefill chunks the last tiles start first: vLLM lists the chunk after the
+// decodes, and a causal chunk's last M blocks see the most keys. Each warp finds its tile from cu_seqlens_q
+// itself: a first pass sums every sequence's tiles and counts the one-tile ones (32 sequences a step, the loads
+// independent of each other), a second finds the sequence by a warp prefix sum over the same, now cached,
+// lengths. No pre-pass kernel and no workspace, so a captured CUDA graph stays valid whatever the lengths.
+// Called by whole warps.
 template <int kBlockM>
 struct VarlenTiles {
   CUTE_DEVICE static int tiles_of(const FwdArgs& args, int batch) {
@@ -54,15 +58,23 @@ struct VarlenTiles {
     int rank, head;
     args.heads_divmod(rank, head, linear);
     const int lane = int(threadIdx.x % 32);
-    int total = 0;
+    int total = 0, single = 0;
 #pragma unroll 4
-    for (int b = lane; b < args.batch; b += 32) { total += tiles_of(args, b); }
+    for (int b = lane; b < args.batch; b += 32) {
+      const int tiles = tiles_of(args, b);
+      total += tiles;
+      single += tiles == 1;
+    }
     total = __reduce_add_sync(kFullWarp, total);
+    single = __reduce_add_sync(kFullWarp, single);
     if (rank >= total) { return {TileCoord::kNoTile, 0, 0, 0}; }
-    const int target = total - 1 - rank;  // in list order
+    // The rank's tile in the list of its kind: the one-tile sequences' tiles in order, the others' from the last.
+    const bool decode = rank < single;
+    const int target = decode ? rank : total - 1 - rank;
     for (int first = 0, before = 0;; first += 32) {
       const int tiles = tiles_of(args, first + lane);
-      int inclusive = tiles;
+      const int counted = (tiles == 1) == decode ? tiles : 0;
+      int inclusive = counted;
       CUTE_UNROLL
       for (int offset = 1; offset < 32; offset *= 2) {
         const int below = __shfl_up_sync(kFullWarp, inclusive, offset);
@@ -71,7 +83,7 @@ struct VarlenTiles {
       const unsigned past = __ballot_sync(kFullWarp, before + inclusive > target);
       if (past != 0) {
         const int owner = __ffs(past) - 1;
-        const int owner_first_tile = before + __shfl_sync(kFullWarp, inclusive - tiles, owner);
+        const int owner_first_tile = before + __shfl_sync(kFullWarp, inclusive - counted, owner);
         return {target - owner_first_tile, head, first + owner, 0};
       }
       before += __shfl_sync(kFullWarp, inclusive, 31);
