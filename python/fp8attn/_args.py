@@ -64,15 +64,12 @@ def normalize_window(window_size: Optional[Sequence[int]], causal: bool) -> tupl
     FlashAttention does (vLLM passes causal=True with (w - 1, 0) for sliding-window layers).
     """
     if window_size is None:
-        left, right = -1, -1
-    else:
-        if len(window_size) != 2:
-            raise ValueError(f"fp8attn: window_size must be (left, right), got {tuple(window_size)}")
-        left, right = (int(w) for w in window_size)
-        left = -1 if left < 0 else left
-        right = -1 if right < 0 else right
-    if causal:
-        right = 0
+        return -1, 0 if causal else -1
+    if len(window_size) != 2:
+        raise ValueError(f"fp8attn: window_size must be (left, right), got {tuple(window_size)}")
+    left, right = window_size
+    left = -1 if left < 0 else int(left)
+    right = 0 if causal else -1 if right < 0 else int(right)
     return left, right
 
 

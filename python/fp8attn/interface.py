@@ -38,16 +38,8 @@ def _in_callers_words(message: str, function: str, spelling: dict[str, str]) -> 
     return f"fp8attn.{function}: {message}"
 
 
-def _last_dim_contiguous(t: Tensor) -> Tensor:
-    # As vLLM's FlashAttention wrapper: only a non-unit last stride forces a copy; any other stride is
-    # passed to the kernel as is, so K/V cache views are never copied.
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
-def _check_device(q: Tensor) -> None:
-    # "meta" is allowed so shapes can be traced on a machine without a GPU; the op only has a CUDA kernel.
-    if q.device.type not in ("cuda", "meta"):
-        raise ValueError(f"fp8attn: tensors must be on a CUDA device, got q on {q.device}")
+# The eager path costs host time on every layer of every step, so _call reads each tensor attribute once and
+# calls no helper where an expression does (bench/bench_host.py measures it; docs/perf.md, "Host path").
 
 
 def _call(
@@ -60,8 +52,17 @@ def _call(
 ) -> Result:
     """Allocates out/lse when needed, runs the op, returns out or (out, lse). The op and the library check the
     call; a refusal is raised in the words of ``function`` (see ``_in_callers_words``)."""
-    _check_device(q)
-    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    # "meta" is allowed so shapes can be traced on a machine without a GPU; the op only has a CUDA kernel.
+    if not (q.is_cuda or q.is_meta):
+        raise ValueError(f"fp8attn: tensors must be on a CUDA device, got q on {q.device}")
+    # As vLLM's FlashAttention wrapper: only a non-unit last stride forces a copy; any other stride is passed to
+    # the kernel as is, so K/V cache views are never copied.
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.stride(-1) != 1:
+        v = v.contiguous()
     dtype = _args.resolve_out_dtype(out_dtype, None if out is None else out.dtype, torch.bfloat16)
     if out is None:
         out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
@@ -159,12 +160,18 @@ def flash_attn_varlen_func(
             output_scale or an FA4 feature set, or a case the library does not support or did not compile.
         ValueError: malformed arguments (the message names the argument).
     """
-    _args.reject_unsupported(
-        dropout_p=dropout_p, softcap=softcap, return_attn_probs=return_attn_probs, cp_world_size=cp_world_size,
-        q_v=q_v, alibi_slopes=alibi_slopes, output_scale=output_scale, mask_mod=mask_mod,
-        block_sparse_tensors=block_sparse_tensors, aux_tensors=aux_tensors,
-        aux_tensor_leading_dims=aux_tensor_leading_dims, dynamic_causal=dynamic_causal,
-        gather_kv_indices=gather_kv_indices, gather_kv_valid_length=gather_kv_valid_length)
+    # The common call sets none of them: test that inline, and let reject_unsupported name the one that is set
+    # (building its 14 keywords costs ~1 us per call; test_ops_meta.py sets each one in turn).
+    if (dropout_p or softcap or return_attn_probs or cp_world_size != 1 or q_v is not None
+            or alibi_slopes is not None or output_scale is not None or mask_mod is not None
+            or block_sparse_tensors is not None or aux_tensors is not None or aux_tensor_leading_dims is not None
+            or dynamic_causal is not None or gather_kv_indices is not None or gather_kv_valid_length is not None):
+        _args.reject_unsupported(
+            dropout_p=dropout_p, softcap=softcap, return_attn_probs=return_attn_probs, cp_world_size=cp_world_size,
+            q_v=q_v, alibi_slopes=alibi_slopes, output_scale=output_scale, mask_mod=mask_mod,
+            block_sparse_tensors=block_sparse_tensors, aux_tensors=aux_tensors,
+            aux_tensor_leading_dims=aux_tensor_leading_dims, dynamic_causal=dynamic_causal,
+            gather_kv_indices=gather_kv_indices, gather_kv_valid_length=gather_kv_valid_length)
     return _call(
         "flash_attn_varlen_func", {}, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[1], q.shape[0]),
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=block_table,

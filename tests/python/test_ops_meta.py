@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 import fp8attn  # noqa: E402
-from fp8attn import _lib, ops  # noqa: E402
+from fp8attn import _args, _lib, ops  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
 B, Q_TOKENS, HQ, HKV, D, PAGE, NUM_BLOCKS = 5, 2, 32, 8, 128, 16, 64
@@ -188,6 +188,14 @@ def test_fake_kvcache_and_dense() -> None:
         v128 = torch.empty(2, 65, 16, 128, dtype=E4M3, device="cuda")
         out, lse = fp8attn.flash_attn_func(q192, k192, v128, causal=True, return_softmax_lse=True)
         assert out.shape == (2, 33, 16, 128) and lse.shape == (2, 16, 33)
+
+
+@pytest.mark.parametrize("keyword", sorted(_args.UNSUPPORTED_IF_SET))
+def test_interface_rejects_each_unsupported_keyword(keyword: str) -> None:
+    # flash_attn_varlen_func tests "anything set?" inline before reject_unsupported names it: every keyword of
+    # the list must reach it.
+    with pytest.raises(NotImplementedError, match=keyword):
+        _vllm_call(vllm_decode_args("meta"), **{keyword: object()})
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [
