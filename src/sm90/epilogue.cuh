@@ -81,7 +81,7 @@ struct Epilogue {
       row1 += first_col;
       CUTE_UNROLL
       for (int i = 0; i < size(tOrO); i += 2) {
-        const int h = (i / 2) % 2;  // accumulator flat index c + 2*h + 4*j; i + 1 is the next column
+        const int h = AccumulatorIndex::row_half(i);  // i + 1 is the next column
         if (row_valid[h]) {
           convert((h == 0 ? row0 : row1) + (get<1>(tOcO(i)) - first_col), tOrO(i) * o_scale[h], tOrO(i + 1) * o_scale[h]);
         }
@@ -95,7 +95,7 @@ struct Epilogue {
       for (int i = 0; i < size(tOrO); i += 2) {
         const int col = get<1>(tOcO(i)) - first_col;
         if (col / kPassCols != pass) { continue; }
-        const int h = (i / 2) % 2;
+        const int h = AccumulatorIndex::row_half(i);
         convert(region + local_row[h] * kStageRowBytes + (first_col + col - pass * kPassCols) * 2,
                 tOrO(i) * o_scale[h], tOrO(i + 1) * o_scale[h]);
       }

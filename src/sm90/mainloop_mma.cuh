@@ -105,8 +105,7 @@ struct MainloopMma {
       Tensor tOrOChunk = tOrO(_, _, chunk);
       CUTE_UNROLL
       for (int i = 0; i < size(tOrOChunk); ++i) {
-        // Accumulator flat index i = c + 2*h + 4*j: row half h = (i / 2) % 2.
-        tOrOChunk(i) = fmaf(tOrOChunk(i), rescale[(i / 2) % 2], tile(i));
+        tOrOChunk(i) = fmaf(tOrOChunk(i), rescale[AccumulatorIndex::row_half(i)], tile(i));
       }
     };
     auto fold = [&](int chunk, const float (&rescale)[2]) { fold_from(chunk, rescale, tOrOTile); };
@@ -139,16 +138,17 @@ struct MainloopMma {
       warpgroup_commit_batch();
       warpgroup_wait<0>();
     };
-    // After the GEMM has completed: the block's sums of rounded P folded like O. Accumulator flat index
-    // c + 2*h + 4*j: column 0 of the ones block j, row halves h = 0, 1.
+    // After the GEMM has completed: the block's sums of rounded P folded like O: column 0 of the ones block, both
+    // row halves.
     auto fold_pv_sum = [&](const float (&rescale)[2]) {
+      using Acc = AccumulatorIndex;
       if constexpr (Traits::kPvSumInPv) {
-        constexpr int kOnesBlock = 4 * (kPvChunk / 8);
-        const float tile_sum[2] = {tOrOTile(kOnesBlock), tOrOTile(kOnesBlock + 2)};
+        constexpr int kOnesBlock = kPvChunk / 8;  // the n8 block after the dv chunk's
+        const float tile_sum[2] = {tOrOTile(Acc::of(0, 0, kOnesBlock)), tOrOTile(Acc::of(0, 1, kOnesBlock))};
         softmax.fold_pv_sum(rescale, tile_sum);
       } else {
         warpgroup_fence_operand(tOrPvSum);
-        const float tile_sum[2] = {tOrPvSum(0), tOrPvSum(2)};
+        const float tile_sum[2] = {tOrPvSum(Acc::of(0, 0, 0)), tOrPvSum(Acc::of(0, 1, 0))};
         softmax.fold_pv_sum(rescale, tile_sum);
       }
     };
@@ -178,7 +178,7 @@ struct MainloopMma {
     auto issue_pv_into_o = [&](int stage, const float (&rescale)[2]) {
       if constexpr (!Traits::kTwoLevel) {  // its P V tile is plain dv chunks (kPvTileN == kPvChunk)
         CUTE_UNROLL
-        for (int i = 0; i < size(tOrO); ++i) { tOrO(i) *= rescale[(i / 2) % 2]; }
+        for (int i = 0; i < size(tOrO); ++i) { tOrO(i) *= rescale[AccumulatorIndex::row_half(i)]; }
         warpgroup_fence_operand(tOrP);
         warpgroup_fence_operand(tOrO);
         warpgroup_arrive();

@@ -12,6 +12,7 @@
 
 #include "sm90/kernel_args.cuh"
 #include "sm90/pack_gqa.cuh"
+#include "sm90/utils.cuh"
 
 namespace fp8attn::sm90 {
 
@@ -104,15 +105,16 @@ struct Mask {
     // One row half at a time, so that only its interval is live (the MMA warpgroups have no registers to spare).
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
-      const int q = query_position(row_base + int(cute::get<0>(tScS(2 * h))));
+      using Acc = AccumulatorIndex;
+      const int q = query_position(row_base + int(cute::get<0>(tScS(Acc::of(0, h, 0)))));
       int lo, hi;
       visible_columns(seqlen_q, seqlen_k, window_left, window_right, q, key0, lo, hi);
       CUTE_UNROLL
-      for (int i = 2 * h; i < cute::size(tSrS); i += 4) {  // accumulator flat index c + 2*h + 4*j
+      for (int j = 0; j < cute::size(tSrS) / Acc::kValuesPerBlock; ++j) {
         CUTE_UNROLL
         for (int c = 0; c < 2; ++c) {
-          const int col = int(cute::get<1>(tScS(i + c))) - first_col;
-          if (col < lo || col > hi) { tSrS(i + c) = -INFINITY; }
+          const int col = int(cute::get<1>(tScS(Acc::of(c, h, j)))) - first_col;
+          if (col < lo || col > hi) { tSrS(Acc::of(c, h, j)) = -INFINITY; }
         }
       }
     }

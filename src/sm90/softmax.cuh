@@ -38,17 +38,18 @@ struct OnlineSoftmax {
     }
   }
 
-  // Turns scores into P in place (tSrS flat index c + 2*h + 4*j) and returns, per row, the factor the
+  // Turns scores into P in place (tSrS: an accumulator fragment, AccumulatorIndex) and returns, per row, the factor the
   // caller must apply to O for the new maximum. Two instruction orders, chosen per kernel by measurement
   // (Traits::kSoftmaxRowHalvesInterleaved): kRowHalvesInterleaved = false takes row half 0's maximum and
   // exponentials, then row half 1's; true takes both maxima first (each as a tree of FMNMX), then the
   // exponentials of both halves interleaved. The instruction counts are equal; the order is ptxas's schedule.
   template <bool kRowHalvesInterleaved, class TensorS>
   CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
-    constexpr int kBlocks = decltype(size(tSrS))::value / 4;  // n8 blocks
+    using Acc = AccumulatorIndex;
+    constexpr int kBlocks = decltype(size(tSrS))::value / Acc::kValuesPerBlock;  // n8 blocks
     float exp_offset[2];  // m * scale_log2 - 8 per row half
     // The larger of the two scores of row half h in n8 block j.
-    auto pair_max = [&](int h, int j) { return fmaxf(tSrS(2 * h + 4 * j), tSrS(1 + 2 * h + 4 * j)); };
+    auto pair_max = [&](int h, int j) { return fmaxf(tSrS(Acc::of(0, h, j)), tSrS(Acc::of(1, h, j))); };
     // Row half h: the new maximum, the factor for O, and the offset of the exponentials.
     auto update_max = [&](int h, float block_max) {
       const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max));
@@ -61,7 +62,7 @@ struct OnlineSoftmax {
     auto exponentiate = [&](int h, int j, float& sum) {  // the n8 block j of row half h; its P added to sum
       CUTE_UNROLL
       for (int c = 0; c < 2; ++c) {
-        float& s = tSrS(c + 2 * h + 4 * j);
+        float& s = tSrS(Acc::of(c, h, j));
         s = exp2_approx(fmaf(s, scale_log2, -exp_offset[h]));
         sum += s;
       }

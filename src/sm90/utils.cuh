@@ -43,8 +43,21 @@ CUTE_DEVICE void gemm_k_steps(TiledMma& tiled_mma, TensorA const& tCrA, TensorB 
   }
 }
 
-// Scores (an SM90 accumulator fragment, flat index c + 2*h + 4*j: column pair c, row half h, n8 block j)
-// to the FP8 A operand of the PV WGMMA (flat index e + 4*h + 8*kh + 16*kb: 4 consecutive K slots e,
+// One thread's part of an SM90 WGMMA accumulator (an M x N fp32 tile over a warpgroup) is a flat fragment of 4
+// values per n8 block: value i = c + 2*h + 4*j is column c of the thread's column pair in n8 block j, in row half
+// h (the thread's rows r and r + 8). Every loop over a fragment that needs a value's row half or block goes
+// through this map, so it is written once. (A CuTe (row, column) view of the fragment, as FA3's
+// convert_layout_acc_rowcol, computes the same indices but changed ptxas's schedule of the kernels:
+// docs/perf.md, "What was tried and lost".)
+struct AccumulatorIndex {
+  static constexpr int kValuesPerBlock = 4;  // 2 columns x 2 row halves
+  CUTE_HOST_DEVICE static constexpr int of(int column, int row_half, int block) {
+    return column + 2 * row_half + kValuesPerBlock * block;
+  }
+  CUTE_HOST_DEVICE static constexpr int row_half(int i) { return (i / 2) % 2; }
+};
+
+// Scores (an accumulator fragment, AccumulatorIndex) to the FP8 A operand of the PV WGMMA (flat index e + 4*h + 8*kh + 16*kb: 4 consecutive K slots e,
 // row half h, K half kh, K block kb of 32). No value crosses threads: A slot 16*kh + 4*q + e of thread q
 // (lane % 4) takes the score of key 8*(e/2) + 2*q + (e%2) + 16*kh, i.e. n8 block 4*kb + 2*kh + e/2.
 // The producer writes V^T in exactly that key order (see producer_load.cuh), so P V is unchanged.
@@ -61,8 +74,9 @@ CUTE_DEVICE void scores_to_pv_operand(TensorS const& tSrS, TensorP& tOrP) {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int j0 = 4 * kb + 2 * kh;  // n8 block of slots e = 0, 1; j0 + 1 holds e = 2, 3
-        const uint32_t lo = pack_e4m3x2(tSrS(2 * h + 4 * j0), tSrS(1 + 2 * h + 4 * j0));
-        const uint32_t hi = pack_e4m3x2(tSrS(2 * h + 4 * (j0 + 1)), tSrS(1 + 2 * h + 4 * (j0 + 1)));
+        using Acc = AccumulatorIndex;
+        const uint32_t lo = pack_e4m3x2(tSrS(Acc::of(0, h, j0)), tSrS(Acc::of(1, h, j0)));
+        const uint32_t hi = pack_e4m3x2(tSrS(Acc::of(0, h, j0 + 1)), tSrS(Acc::of(1, h, j0 + 1)));
         tOrP_u32(h + 2 * kh + 4 * kb) = lo | (hi << 16);
       }
     }
