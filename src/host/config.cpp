@@ -143,16 +143,32 @@ bool pack_pays(int64_t rows, int group) {
                           0.9 * m_tile_efficiency(rows * group, block_m_for_rows(rows * group));
 }
 
-// The direct grid (m_blocks, heads, batch x splits). CUDA caps gridDim.y and gridDim.z at 65535: a batch of more
-// sequences (times splits), or more heads, folds the grid into gridDim.x (up to 2^31 - 1 CTAs), each CTA finding its
-// (M block, head, sequence, split) by division (tile_scheduler.cuh).
-void set_direct_grid(KernelConfig& c, int heads, int batch, bool has_queries) {
-  const int64_t m_blocks = has_queries ? c.num_m_blocks : 0;
-  const int64_t batch_splits = int64_t(batch) * c.num_splits;
+// Query heads per kv head.
+int group_of(const ProblemShape& p) { return std::max(1, p.num_heads_q / std::max(1, p.num_heads_kv)); }
+
+// The direct grid (m_blocks, heads, batch x splits) for c's tiles and split count, and the order of its tiles.
+// CUDA caps gridDim.y and gridDim.z at 65535: a batch of more sequences (times splits), or more heads, folds the
+// grid into gridDim.x (up to 2^31 - 1 CTAs), each CTA finding its (M block, head, sequence, split) by division
+// (tile_scheduler.cuh). Longest-first order where the causal tiles' lengths spread (measured, docs/design.md,
+// Measured choices: +4-9% at d128/d256 with 32 and 128 M blocks, -3.5% at d64/d256 with 8), in sections of rows
+// whose K/V fit in L2.
+void set_direct_grid(KernelConfig& c, const ProblemShape& p) {
+  const int heads = c.pack_gqa ? p.num_heads_kv : p.num_heads_q;
+  const int64_t m_blocks = p.max_seqlen_q > 0 ? c.num_m_blocks : 0;
+  const int64_t batch_splits = int64_t(p.batch) * c.num_splits;
   c.folded_grid = (heads > kMaxGridZ || batch_splits > kMaxGridZ) && m_blocks * heads * batch_splits <= kMaxGridX;
   c.grid_x = static_cast<unsigned>(c.folded_grid ? m_blocks * heads * batch_splits : m_blocks);
   c.grid_y = c.folded_grid ? 1u : static_cast<unsigned>(heads);
   c.grid_z = c.folded_grid ? 1u : static_cast<unsigned>(std::min<int64_t>(batch_splits, UINT32_MAX));
+  c.reverse_m = !c.folded_grid && p.window_right >= 0 && c.num_m_blocks >= kMinMBlocksForLongestFirst;
+  c.tile_order_rows = 1;
+  if (c.reverse_m) {
+    const int64_t kv_bytes_per_row = int64_t(std::max(1, p.max_seqlen_k)) * (p.head_dim + p.head_dim_v) /
+                                     (c.pack_gqa ? 1 : group_of(p));
+    const int64_t grid_rows = int64_t(c.grid_y) * c.grid_z;
+    c.tile_order_rows = int(std::clamp<int64_t>(kL2BytesForTileOrder / std::max<int64_t>(1, kv_bytes_per_row), 1,
+                                                std::max<int64_t>(1, grid_rows)));
+  }
 }
 
 }  // namespace
@@ -161,7 +177,7 @@ KernelConfig select_config(const ProblemShape& problem) {
   KernelConfig c;
   c.key.head_dim = problem.head_dim;
   c.key.head_dim_v = problem.head_dim_v;
-  const int group = std::max(1, problem.num_heads_q / std::max(1, problem.num_heads_kv));
+  const int group = group_of(problem);
 
   // PackGQA where it pays for the longest sequence (decode and speculative decode always pack), the tile height
   // from its rows: short query tiles (decode, speculative decode) would leave a 128-row tile mostly padding, so
@@ -211,27 +227,14 @@ KernelConfig select_config(const ProblemShape& problem) {
                                 : split_heuristic(ctas, max_kv_blocks(problem, c.key.block_n, c.key.block_m),
                                                   problem.num_sms * ctas_per_sm_for(c.key.block_m, c.key.head_dim_v),
                                                   split_cap);
-  set_direct_grid(c, heads, problem.batch, problem.max_seqlen_q > 0);
-  // Measured (docs/design.md, Measured choices): +4-9% at d128/d256 with 32 and 128 M blocks, -3.5% at d64/d256 with 8.
-  c.reverse_m = !c.folded_grid && problem.window_right >= 0 && c.num_m_blocks >= kMinMBlocksForLongestFirst;
-  if (c.reverse_m) {
-    const int64_t kv_bytes_per_row = int64_t(std::max(1, problem.max_seqlen_k)) *
-                                     (problem.head_dim + problem.head_dim_v) / (c.pack_gqa ? 1 : group);
-    const int64_t grid_rows = int64_t(c.grid_y) * c.grid_z;
-    c.tile_order_rows = int(std::clamp<int64_t>(kL2BytesForTileOrder / std::max<int64_t>(1, kv_bytes_per_row), 1,
-                                                std::max<int64_t>(1, grid_rows)));
-  }
+  set_direct_grid(c, problem);
   return c;
 }
 
 KernelConfig with_exact_splits(const ProblemShape& problem, KernelConfig config, int splits) {
   if (config.varlen_schedule) { return config; }
   config.num_splits = std::clamp(splits, 1, kMaxSplits);
-  set_direct_grid(config, config.pack_gqa ? problem.num_heads_kv : problem.num_heads_q, problem.batch,
-                  problem.max_seqlen_q > 0);
-  config.reverse_m = config.reverse_m && !config.folded_grid;
-  if (!config.reverse_m) { config.tile_order_rows = 1; }
-  config.tile_order_rows = std::min(config.tile_order_rows, std::max(1, int(config.grid_y * config.grid_z)));
+  set_direct_grid(config, problem);
   return config;
 }
 
