@@ -43,8 +43,8 @@ def _in_callers_words(message: str, function: str, spelling: dict[str, str]) -> 
 
 
 def _call(
-    function: str, spelling: dict[str, str], q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor], out_dtype: Optional[torch.dtype],
-    return_lse: bool, lse_shape: tuple[int, ...], *, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+    function: str, spelling: dict[str, str], q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor],
+    out_dtype: Optional[torch.dtype], return_lse: bool, *, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
     seqused_k: Optional[Tensor], block_table: Optional[Tensor], q_descale: Optional[Tensor],
     k_descale: Optional[Tensor], v_descale: Optional[Tensor], s_aux: Optional[Tensor], max_seqlen_q: int,
     max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_size: Optional[Sequence[int]],
@@ -65,8 +65,8 @@ def _call(
         v = v.contiguous()
     dtype = _args.resolve_out_dtype(out_dtype, None if out is None else out.dtype, torch.bfloat16)
     if out is None:
-        out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
-    lse = q.new_empty(lse_shape, dtype=torch.float32) if return_lse else None
+        out = q.new_empty(ops.expected_out_shape(q, v), dtype=dtype)
+    lse = q.new_empty(ops.expected_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32) if return_lse else None
     window_left, window_right = _args.normalize_window(window_size, causal)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
             s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
@@ -173,7 +173,7 @@ def flash_attn_varlen_func(
             aux_tensor_leading_dims=aux_tensor_leading_dims, dynamic_causal=dynamic_causal,
             gather_kv_indices=gather_kv_indices, gather_kv_valid_length=gather_kv_valid_length)
     return _call(
-        "flash_attn_varlen_func", {}, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[1], q.shape[0]),
+        "flash_attn_varlen_func", {}, q, k, v, out, out_dtype, return_softmax_lse,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=block_table,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -223,7 +223,7 @@ def flash_attn_with_kvcache(
     else:
         max_seqlen_k = k_cache.shape[1]
     return _call(
-        "flash_attn_with_kvcache", _KVCACHE_SPELLING, q, k_cache, v_cache, out, out_dtype, return_softmax_lse, (batch, q.shape[2], q.shape[1]),
+        "flash_attn_with_kvcache", _KVCACHE_SPELLING, q, k_cache, v_cache, out, out_dtype, return_softmax_lse,
         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=cache_seqlens, block_table=block_table,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1],
         max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -254,7 +254,7 @@ def flash_attn_func(
     """
     _args.reject_unsupported(softcap=softcap)
     return _call(
-        "flash_attn_func", {}, q, k, v, out, out_dtype, return_softmax_lse, (q.shape[0], q.shape[2], q.shape[1]),
+        "flash_attn_func", {}, q, k, v, out, out_dtype, return_softmax_lse,
         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, q_descale=q_descale,
         k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1],
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, num_splits=num_splits)
