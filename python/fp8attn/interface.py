@@ -44,9 +44,10 @@ def _in_callers_words(message: str, function: str, spelling: dict[str, str]) -> 
 
 def _call(
     function: str, spelling: dict[str, str], q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor],
-    out_dtype: Optional[torch.dtype], return_lse: bool, *, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-    seqused_k: Optional[Tensor], block_table: Optional[Tensor], q_descale: Optional[Tensor],
-    k_descale: Optional[Tensor], v_descale: Optional[Tensor], s_aux: Optional[Tensor], max_seqlen_q: int,
+    out_dtype: Optional[torch.dtype], return_lse: bool, *, cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], block_table: Optional[Tensor],
+    q_descale: Optional[Tensor], k_descale: Optional[Tensor], v_descale: Optional[Tensor], s_aux: Optional[Tensor],
+    max_seqlen_q: int,
     max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_size: Optional[Sequence[int]],
     num_splits: int,
 ) -> Result:
