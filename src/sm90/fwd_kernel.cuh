@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     }
   }
   cutlass::arch::fence_view_async_shared();
-  if (args.varlen_schedule && threadIdx.x == 0) { smem.scheduled_tile = tile; }
+  SingleTileScheduler<kBlockM>::keep(args, tile, smem.scheduled_tile);
 
   cutlass::arch::fence_barrier_init();
   __syncthreads();
@@ -150,8 +150,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
     }
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
-    const TileCoord epilogue_tile =  // == tile
-        args.varlen_schedule ? smem.scheduled_tile : SingleTileScheduler<kBlockM>::tile_reread(args);
+    const TileCoord epilogue_tile = SingleTileScheduler<kBlockM>::tile_again(args, smem.scheduled_tile);  // == tile
     // With split-KV the combine kernel adds the sink once; here it would be counted once per split.
     float sink_log2[2] = {-INFINITY, -INFINITY};
     if (args.sink != nullptr && !args.split_kv) {

@@ -113,10 +113,16 @@ struct SingleTileScheduler {
     return args.varlen_schedule ? VarlenTiles<kBlockM>::tile(args, int(blockIdx.x)) : tile_of(args, blockIdx);
   }
 
-  // The same tile, from the block index read again (a volatile read is not merged with the first): the MMA
-  // warpgroups recompute their tile after the KV loop rather than hold its coordinates in registers through it.
-  // Not for the varlen schedule, whose tile the kernel keeps in shared memory instead.
-  CUTE_DEVICE static TileCoord tile_reread(const FwdArgs& args) { return tile_of(args, block_idx_reread()); }
+  // The MMA warpgroups find their tile again after the KV loop rather than hold its coordinates in registers
+  // through it. The direct grid recomputes it from the block index read again (a volatile read is not merged with
+  // the first); the varlen schedule's warp scan is not worth repeating, so `tile` keeps its result in `slot`
+  // (shared memory, written by one thread before the CTA barrier) and `tile_again` reads it there.
+  CUTE_DEVICE static void keep(const FwdArgs& args, const TileCoord& tile, TileCoord& slot) {
+    if (args.varlen_schedule && threadIdx.x == 0) { slot = tile; }
+  }
+  CUTE_DEVICE static TileCoord tile_again(const FwdArgs& args, const TileCoord& slot) {
+    return args.varlen_schedule ? slot : tile_of(args, block_idx_reread());
+  }
 
  private:
   CUTE_DEVICE static TileCoord tile_of(const FwdArgs& args, uint3 block) {
