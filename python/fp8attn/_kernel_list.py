@@ -1,8 +1,8 @@
 """The supported (head_dim, head_dim_v) pairs, read from src/kernels.list: their one source.
 
-The list declares every compiled forward kernel as ``d dv block_m block_n [one_level]`` (``#`` starts a
-comment); its (d, dv) pairs, in order, are the supported head dims (cmake/kernels.cmake generates the same
-list for the C++ side). An installed wheel carries the file next to this module (cmake/install.cmake); a
+The list declares every compiled forward kernel as ``d dv block_m block_n [one_level | varlen_schedule]``
+(``#`` starts a comment); its (d, dv) pairs, in order, are the supported head dims (cmake/kernels.cmake
+generates the same list for the C++ side). An installed wheel carries the file next to this module (cmake/install.cmake); a
 source checkout reads <repo>/src/kernels.list. Neither torch nor libfp8attn.so is needed.
 """
 
@@ -32,10 +32,11 @@ def parse_head_dims(text: str) -> tuple[tuple[int, int], ...]:
         line = raw.split("#", 1)[0].split()
         if not line:
             continue
-        well_formed = len(line) in (4, 5) and all(f.isdigit() for f in line[:4]) and line[4:] in ([], ["one_level"])
+        well_formed = (len(line) in (4, 5) and all(f.isdigit() for f in line[:4])
+                       and line[4:] in ([], ["one_level"], ["varlen_schedule"]))
         if not well_formed:
             raise ValueError(f"fp8attn: kernels.list line {number}: cannot parse {raw.strip()!r} "
-                             "(expected: d dv block_m block_n [one_level])")
+                             "(expected: d dv block_m block_n [one_level | varlen_schedule])")
         pair = (int(line[0]), int(line[1]))
         if pair not in pairs:
             pairs.append(pair)

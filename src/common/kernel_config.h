@@ -20,15 +20,20 @@ struct KernelKey {
   // Two-level PV accumulation (always, in what select_config picks); false only for the one declared
   // single-level kernel that tests and benchmarks compare against.
   bool two_level = true;
+  // The varlen schedule (select_config: sequences of different lengths in one varlen call): a one-dimensional
+  // grid of at least heads x the listed tiles, each CTA finding its tile from cu_seqlens_q on the device
+  // (tile_scheduler.cuh); CTAs past the list exit; no split. Its own instantiation, so that the direct-grid
+  // kernels carry none of its code (src/kernels.list).
+  bool varlen_schedule = false;
   bool operator==(const KernelKey& o) const {
     return head_dim == o.head_dim && head_dim_v == o.head_dim_v && block_m == o.block_m && block_n == o.block_n &&
-           two_level == o.two_level;
+           two_level == o.two_level && varlen_schedule == o.varlen_schedule;
   }
   // "d=128 dv=128 block_m=64 block_n=128": for diagnostics and not-compiled errors only.
   std::string to_string() const {
     return "d=" + std::to_string(head_dim) + " dv=" + std::to_string(head_dim_v) +
            " block_m=" + std::to_string(block_m) + " block_n=" + std::to_string(block_n) +
-           (two_level ? "" : " one_level");
+           (two_level ? "" : " one_level") + (varlen_schedule ? " varlen_schedule" : "");
   }
 };
 
@@ -48,10 +53,6 @@ struct KernelConfig {
   // fits in L2). Otherwise the grid's own order: every M block of a head, then the next head.
   bool reverse_m = false;
   int tile_order_rows = 1;
-  // The varlen schedule (select_config: sequences of different lengths in one varlen call): a one-dimensional
-  // grid of at least heads x the listed tiles, each CTA finding its tile from cu_seqlens_q on the device
-  // (tile_scheduler.cuh); CTAs past the list exit. num_splits is 1.
-  bool varlen_schedule = false;
   // The direct grid folded into gridDim.x (more than 65535 sequences x splits, or heads): CTA i takes M block
   // i % m_blocks of row i / m_blocks, rows as in (heads, batch * splits).
   bool folded_grid = false;

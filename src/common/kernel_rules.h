@@ -16,6 +16,13 @@ constexpr int block_n_for(int block_m, int head_dim) {
 // math in memory-bound decode, and two 2-stage pipelines fit in the SM's shared memory.
 constexpr int ctas_per_sm_for(int block_m, int head_dim_v) { return block_m == 64 && head_dim_v <= 128 ? 2 : 1; }
 
+// Tile rows of the varlen schedule (mixed prefill + decode calls; src/kernels.list compiles it at these only):
+// 64 where that runs two CTAs per SM (d, dv <= 128), so that a decode's tile streams its K/V beside another CTA as
+// in a decode-only call; 128 above, where 64-row tiles run one CTA per SM and the prefill chunk wants 128 rows.
+constexpr int varlen_schedule_block_m(int head_dim, int head_dim_v) {
+  return head_dim <= 128 && ctas_per_sm_for(64, head_dim_v) == 2 ? 64 : 128;
+}
+
 // P V after the softmax, through the score registers (mainloop_mma.cuh): where O (dv > 128) leaves no registers
 // for a tile accumulator next to the scores of a 128-key block, each block's P V runs once its scores are
 // converted to P, in dv parts of 128 columns accumulated in the registers that held the scores. It gives up the

@@ -182,10 +182,12 @@ KernelConfig select_config(const ProblemShape& problem) {
   // PackGQA where it pays for the longest sequence (decode and speculative decode always pack), the tile height
   // from its rows: short query tiles (decode, speculative decode) would leave a 128-row tile mostly padding, so
   // one MMA warpgroup of 64 rows serves them, and short or narrow prefill (block_m_for).
-  auto choose_tiles = [&](bool pack, bool two_ctas_per_sm = false) {
+  auto choose_tiles = [&](bool pack, bool varlen_schedule = false) {
     c.pack_gqa = pack;
+    c.key.varlen_schedule = varlen_schedule;
     const int64_t rows = int64_t(problem.max_seqlen_q) * (pack ? group : 1);
-    c.key.block_m = two_ctas_per_sm ? 64 : block_m_for(rows, problem);
+    c.key.block_m = varlen_schedule ? varlen_schedule_block_m(problem.head_dim, problem.head_dim_v)
+                                    : block_m_for(rows, problem);
     c.key.block_n = block_n_for(c.key.block_m, problem.head_dim);
     c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));
   };
@@ -197,12 +199,11 @@ KernelConfig select_config(const ProblemShape& problem) {
     // fill the machine beside the chunk's tiles. Sum over sequences of ceil(rows_b / block_m) is at most
     // ceil(total rows / block_m) + batch, and at most batch x the longest sequence's tiles: the grid is heads x
     // that bound. PackGQA where it makes the grid smaller (one tile per kv head, not per q head, for each decode).
-    // 64-row tiles where they run two CTAs per SM (dv <= 128): a decode's tile then streams its K/V beside another
-    // CTA, as in a decode-only call, instead of alone in a 128-row CTA whose second warpgroup has no rows (measured
-    // on 128 decodes beside a 1920-token chunk, 2 kv heads: 1.26x the time of the two calls issued apart).
-    const bool two_ctas_per_sm = ctas_per_sm_for(64, problem.head_dim_v) == 2 && problem.head_dim <= 128;
+    // 64-row tiles where they run two CTAs per SM (varlen_schedule_block_m): a decode's tile then streams its K/V
+    // beside another CTA, as in a decode-only call, instead of alone in a 128-row CTA whose second warpgroup has
+    // no rows (measured on 128 decodes beside a 1920-token chunk, 2 kv heads: 1.26x the two calls issued apart).
     auto grid_bound = [&](bool pack) {
-      choose_tiles(pack, two_ctas_per_sm);
+      choose_tiles(pack, true);
       const int64_t tile_bound =
           std::min<int64_t>(int64_t(problem.batch) * c.num_m_blocks,
                             ceil_div(problem.total_q * (pack ? group : 1), c.key.block_m) + problem.batch);
@@ -211,7 +212,6 @@ KernelConfig select_config(const ProblemShape& problem) {
     const bool pack = group > 1 && grid_bound(true) < grid_bound(false);
     const int64_t ctas = grid_bound(pack);
     if (ctas <= kMaxGridX) {
-      c.varlen_schedule = true;
       c.num_splits = 1;
       c.grid_x = static_cast<unsigned>(ctas);
       c.grid_y = 1;
@@ -232,7 +232,7 @@ KernelConfig select_config(const ProblemShape& problem) {
 }
 
 KernelConfig with_exact_splits(const ProblemShape& problem, KernelConfig config, int splits) {
-  if (config.varlen_schedule) { return config; }
+  if (config.key.varlen_schedule) { return config; }
   config.num_splits = std::clamp(splits, 1, kMaxSplits);
   set_direct_grid(config, problem);
   return config;

@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   using PipelineVt = typename Traits::PipelineVt;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
+  using TileScheduler = typename Traits::TileScheduler;
 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -38,7 +39,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   const FwdArgs& args = params.args;
   // The sequence's lengths and offsets first: their global loads (a cold round trip for a decode CTA) are in
   // flight during the prologue below instead of after it (docs/design.md, Measured choices).
-  const TileCoord tile = SingleTileScheduler<kBlockM>::tile(args);
+  const TileCoord tile = TileScheduler::tile(args);
   const SeqInfo seq(args, tile.batch);
 
   if (warp_idx == 0 && cute::elect_one_sync()) {
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     }
   }
   cutlass::arch::fence_view_async_shared();
-  SingleTileScheduler<kBlockM>::keep(args, tile, smem.scheduled_tile);
+  TileScheduler::keep(tile, smem.scheduled_tile);
 
   cutlass::arch::fence_barrier_init();
   __syncthreads();
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
     }
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
-    const TileCoord epilogue_tile = SingleTileScheduler<kBlockM>::tile_again(args, smem.scheduled_tile);  // == tile
+    const TileCoord epilogue_tile = TileScheduler::tile_again(args, smem.scheduled_tile);  // == tile
     // With split-KV the combine kernel adds the sink once; here it would be counted once per split.
     float sink_log2[2] = {-INFINITY, -INFINITY};
     if (args.sink != nullptr && !args.split_kv) {

@@ -81,7 +81,6 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
   a.split_kv = config.split_kv();
   a.reverse_m = config.reverse_m;
   a.tile_order_rows = config.tile_order_rows;
-  a.varlen_schedule = config.varlen_schedule;
   a.heads_divmod = cutlass::FastDivmod(config.pack_gqa ? p.num_heads_kv : p.num_heads_q);
   a.folded_grid = config.folded_grid;
   a.m_blocks_divmod = cutlass::FastDivmod(std::max(1, config.num_m_blocks));

@@ -56,9 +56,9 @@ struct FwdArgs {
   // Tile order (KernelConfig, tile_scheduler.cuh).
   bool reverse_m = false;
   int tile_order_rows = 1;
-  // The varlen schedule (KernelConfig::varlen_schedule): CTA i takes head i % heads of a listed tile.
-  bool varlen_schedule = false;
-  cutlass::FastDivmod heads_divmod;  // divides by the grid's heads (kv heads with PackGQA)
+  // Divides by the grid's heads (kv heads with PackGQA): the varlen schedule's CTA i takes head i % heads of a
+  // listed tile; the folded grid's row i takes head i % heads.
+  cutlass::FastDivmod heads_divmod;
   // The folded direct grid (KernelConfig::folded_grid): CTA i takes M block i % m_blocks.
   bool folded_grid = false;
   cutlass::FastDivmod m_blocks_divmod;

@@ -15,6 +15,8 @@
 #include <cutlass/pipeline/pipeline.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include <type_traits>
+
 #include "common/kernel_rules.h"
 #include "sm90/tile_scheduler.cuh"
 
@@ -41,7 +43,8 @@ constexpr auto k_major_swizzle_atom() {
 // kTwoLevel_ = false builds the single-level accumulation the design replaces (P V accumulated over all
 // KV tiles in the FP8 WGMMA accumulator); src/kernels.list declares one such kernel, for the long-KV
 // accuracy test and the cost measurement of two-level accumulation. select_config() never picks it.
-template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, bool kTwoLevel_ = true>
+// kVarlenSchedule_ = true: the varlen schedule's tile list instead of the direct grid (tile_scheduler.cuh).
+template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, bool kTwoLevel_ = true, bool kVarlenSchedule_ = false>
 struct KernelTraits {
   using Element = cutlass::float_e4m3_t;  // Q, K, V and P
   using ElementAccum = float;
@@ -52,6 +55,7 @@ struct KernelTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = stages_for(kBlockM_, kBlockN_, kHeadDimV_);  // see kernel_rules.h
   static constexpr bool kTwoLevel = kTwoLevel_;
+  using TileScheduler = std::conditional_t<kVarlenSchedule_, VarlenListScheduler<kBlockM_>, DirectGridScheduler>;
 
   static constexpr int kNumMmaWarpgroups = kBlockM / 64;
   static constexpr int kNumProducerThreads = 128;

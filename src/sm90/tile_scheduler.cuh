@@ -14,8 +14,10 @@
 // CTAs running at once read the K/V of one section, sized on the host to fit in L2.
 //
 // A varlen batch whose sequences differ in length (a prefill chunk beside decoding requests) takes the varlen
-// schedule instead (KernelConfig::varlen_schedule): a one-dimensional grid over the tiles the sequences really
-// have, found on the device from cu_seqlens_q (VarlenTiles below).
+// schedule instead (KernelKey::varlen_schedule): a one-dimensional grid over the tiles the sequences really
+// have, found on the device from cu_seqlens_q (VarlenTiles below). It is a kernel of its own (src/kernels.list):
+// in the direct-grid kernels its warp scan sat, branched over, between a decode CTA's start and its first load,
+// and the small decode steps were 1.7-3.4% slower for it (docs/perf.md, "The serving call").
 #pragma once
 
 #include <cute/config.hpp>
@@ -107,21 +109,15 @@ struct LongestFirstOrder {
   }
 };
 
-template <int kBlockM>
-struct SingleTileScheduler {
-  CUTE_DEVICE static TileCoord tile(const FwdArgs& args) {
-    return args.varlen_schedule ? VarlenTiles<kBlockM>::tile(args, int(blockIdx.x)) : tile_of(args, blockIdx);
-  }
+// The direct grid's scheduler (one tile per CTA from its block index).
+struct DirectGridScheduler {
+  CUTE_DEVICE static TileCoord tile(const FwdArgs& args) { return tile_of(args, blockIdx); }
 
   // The MMA warpgroups find their tile again after the KV loop rather than hold its coordinates in registers
-  // through it. The direct grid recomputes it from the block index read again (a volatile read is not merged with
-  // the first); the varlen schedule's warp scan is not worth repeating, so `tile` keeps its result in `slot`
-  // (shared memory, written by one thread before the CTA barrier) and `tile_again` reads it there.
-  CUTE_DEVICE static void keep(const FwdArgs& args, const TileCoord& tile, TileCoord& slot) {
-    if (args.varlen_schedule && threadIdx.x == 0) { slot = tile; }
-  }
-  CUTE_DEVICE static TileCoord tile_again(const FwdArgs& args, const TileCoord& slot) {
-    return args.varlen_schedule ? slot : tile_of(args, block_idx_reread());
+  // through it: recomputed from the block index read again (a volatile read is not merged with the first).
+  CUTE_DEVICE static void keep(const TileCoord&, TileCoord&) {}
+  CUTE_DEVICE static TileCoord tile_again(const FwdArgs& args, const TileCoord&) {
+    return tile_of(args, block_idx_reread());
   }
 
  private:
@@ -142,6 +138,18 @@ struct SingleTileScheduler {
                                   args.tile_order_rows};
     return order.tile(int(block.x + gridDim.x * (block.y + gridDim.y * block.z)));
   }
+};
+
+// The varlen schedule's scheduler: the tile of rank blockIdx.x / heads in VarlenTiles' list. Its warp scan is
+// not worth repeating after the KV loop, so `keep` stores the tile in `slot` (shared memory, written by one thread
+// before the CTA barrier) and `tile_again` reads it there.
+template <int kBlockM>
+struct VarlenListScheduler {
+  CUTE_DEVICE static TileCoord tile(const FwdArgs& args) { return VarlenTiles<kBlockM>::tile(args, int(blockIdx.x)); }
+  CUTE_DEVICE static void keep(const TileCoord& tile, TileCoord& slot) {
+    if (threadIdx.x == 0) { slot = tile; }
+  }
+  CUTE_DEVICE static TileCoord tile_again(const FwdArgs&, const TileCoord& slot) { return slot; }
 };
 
 }  // namespace fp8attn::sm90

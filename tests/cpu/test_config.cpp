@@ -87,7 +87,7 @@ std::string describe(const KernelConfig& k) {
   s << "{" << k.key.to_string() << " pack_gqa=" << k.pack_gqa << " splits=" << k.num_splits
     << " m_blocks=" << k.num_m_blocks << " partial_rows=" << k.partial_rows
     << " grid=(" << k.grid_x << "," << k.grid_y << "," << k.grid_z << ") reverse_m=" << k.reverse_m
-    << " order_rows=" << k.tile_order_rows << (k.varlen_schedule ? " varlen_schedule" : "")
+    << " order_rows=" << k.tile_order_rows << (k.key.varlen_schedule ? " varlen_schedule" : "")
     << (k.folded_grid ? " folded_grid" : "") << "}";
   return s.str();
 }
@@ -147,6 +147,7 @@ std::string config_diff(const KernelConfig& a, const KernelConfig& b) {
   FP8ATTN_CMP(key.block_m)
   FP8ATTN_CMP(key.block_n)
   FP8ATTN_CMP(key.two_level)
+  FP8ATTN_CMP(key.varlen_schedule)
   FP8ATTN_CMP(pack_gqa)
   FP8ATTN_CMP(num_splits)
   FP8ATTN_CMP(num_m_blocks)
@@ -156,7 +157,6 @@ std::string config_diff(const KernelConfig& a, const KernelConfig& b) {
   FP8ATTN_CMP(grid_z)
   FP8ATTN_CMP(reverse_m)
   FP8ATTN_CMP(tile_order_rows)
-  FP8ATTN_CMP(varlen_schedule)
   FP8ATTN_CMP(folded_grid)
 #undef FP8ATTN_CMP
   return s.str();
@@ -232,9 +232,9 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
       rows > 64 && c.d <= 128 && c.dv <= 64 && span >= 8192 && 10 * rows >= 9 * 192 * ceil_div(rows, 192);
   const bool two_cta_prefill = c.d <= 128 && (c.dv <= 64 || (c.d <= 96 && c.dv <= 96 && c.seqlen_k <= 1024));
   const int want_block_m = tall_tile ? 192 : rows <= 64 || two_cta_prefill ? 64 : 128;
-  // The varlen schedule takes 64-row tiles wherever they run two CTAs per SM (d, dv <= 128).
-  const int want_schedule_block_m = c.d <= 128 && c.dv <= 128 ? 64 : want_block_m;
-  if (k.key.block_m != (k.varlen_schedule ? want_schedule_block_m : want_block_m))
+  // The varlen schedule takes 64-row tiles wherever they run two CTAs per SM (d, dv <= 128), 128 rows above.
+  const int want_schedule_block_m = c.d <= 128 && c.dv <= 128 ? 64 : 128;
+  if (k.key.block_m != (k.key.varlen_schedule ? want_schedule_block_m : want_block_m))
     e << " block_m " << k.key.block_m << " for " << rows << " rows per head;";
 
   if (k.partial_rows != want.total_q) e << " partial_rows != total_q;";
@@ -243,7 +243,7 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   // lengths within total_q and max_seqlen_q can exceed, and no split.
   const bool lengths_differ = c.batch > 1 && want.total_q * 10 < int64_t{9} * c.batch * c.seqlen_q;
   const int64_t m_blocks = std::max<int64_t>(1, ceil_div(rows, k.key.block_m));
-  if (k.varlen_schedule) {
+  if (k.key.varlen_schedule) {
     if (!lengths_differ) e << " varlen schedule for a batch whose rows fill >= 90% of batch x max_seqlen_q;";
     if (m_blocks <= 1) e << " varlen schedule with one M block per sequence;";
     if (k.num_splits != 1) e << " varlen schedule split " << k.num_splits << " ways;";
@@ -367,29 +367,31 @@ TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
 }
 
 // The check the sweep relies on: is_declared_kernel() knows exactly src/kernels.list's two-level kernels the
-// policy may pick (and the one single-level comparison kernel, which it must never pick).
+// policy may pick (and the one single-level comparison kernel, which it must never pick), direct grid and varlen
+// schedule apart.
 TEST(ConfigSweep, DeclaredKernelsAreTheList) {
-  struct K { int d, dv, bm, bn; };
-  const K declared[] = {{64, 64, 64, 128},    {64, 64, 192, 128},  {96, 96, 128, 128},  {96, 96, 64, 128},
-                        {128, 128, 128, 128}, {128, 128, 64, 128}, {192, 192, 128, 96}, {192, 192, 64, 96},
-                        {192, 128, 128, 96}, {192, 128, 64, 96},  {256, 256, 128, 128}, {256, 256, 64, 64}};
-  for (const K& k : declared) {
+  struct K { int d, dv, bm, bn; bool varlen_schedule; };
+  const K declared[] = {
+      {64, 64, 64, 128, false},    {64, 64, 192, 128, false},   {96, 96, 128, 128, false},  {96, 96, 64, 128, false},
+      {128, 128, 128, 128, false}, {128, 128, 64, 128, false},  {192, 192, 128, 96, false}, {192, 192, 64, 96, false},
+      {192, 128, 128, 96, false},  {192, 128, 64, 96, false},   {256, 256, 128, 128, false}, {256, 256, 64, 64, false},
+      {64, 64, 64, 128, true},     {96, 96, 64, 128, true},     {128, 128, 64, 128, true},   {192, 192, 128, 96, true},
+      {192, 128, 128, 96, true},   {256, 256, 128, 128, true}};
+  auto key_of = [](const K& k) {
     fp8attn::KernelKey key;
     key.head_dim = k.d;
     key.head_dim_v = k.dv;
     key.block_m = k.bm;
     key.block_n = k.bn;
-    EXPECT_TRUE(fp8attn::sm90::is_declared_kernel(key)) << key.to_string();
-  }
-  const K undeclared[] = {{128, 128, 192, 128}, {64, 64, 128, 128}, {64, 64, 64, 64}, {256, 256, 64, 128}, {256, 256, 128, 64}, {128, 64, 64, 128}, {96, 96, 64, 96}};
-  for (const K& k : undeclared) {
-    fp8attn::KernelKey key;
-    key.head_dim = k.d;
-    key.head_dim_v = k.dv;
-    key.block_m = k.bm;
-    key.block_n = k.bn;
-    EXPECT_FALSE(fp8attn::sm90::is_declared_kernel(key)) << key.to_string();
-  }
+    key.varlen_schedule = k.varlen_schedule;
+    return key;
+  };
+  for (const K& k : declared) { EXPECT_TRUE(fp8attn::sm90::is_declared_kernel(key_of(k))) << key_of(k).to_string(); }
+  const K undeclared[] = {{128, 128, 192, 128, false}, {64, 64, 128, 128, false}, {64, 64, 64, 64, false},
+                          {256, 256, 64, 128, false},  {256, 256, 128, 64, false}, {128, 64, 64, 128, false},
+                          {96, 96, 64, 96, false},     {128, 128, 128, 128, true}, {256, 256, 64, 64, true},
+                          {64, 64, 192, 128, true}};
+  for (const K& k : undeclared) { EXPECT_FALSE(fp8attn::sm90::is_declared_kernel(key_of(k))) << key_of(k).to_string(); }
 }
 
 // A varlen sweep where total_q is not batch * max_seqlen_q: partial_rows and the workspace follow total_q.
@@ -762,7 +764,7 @@ TEST(ConfigVarlenSchedule, MixedPrefillAndDecode) {
   c.seqlen_k = 8192;
   c.num_splits = 0;
   const KernelConfig k = config_of(c);
-  EXPECT_TRUE(k.varlen_schedule) << describe(k);
+  EXPECT_TRUE(k.key.varlen_schedule) << describe(k);
   EXPECT_TRUE(k.pack_gqa) << describe(k);
   EXPECT_EQ(k.key.block_m, 64) << describe(k);  // two CTAs per SM, as a decode-only call
   EXPECT_EQ(k.num_splits, 1) << describe(k);
@@ -783,7 +785,7 @@ TEST(ConfigVarlenSchedule, EqualLengthsAndDecodeKeepTheDirectGrid) {
   prefill.batch = 4;
   prefill.seqlen_q = prefill.seqlen_k = 4096;
   prefill.total_q = 4 * 4096;
-  EXPECT_FALSE(config_of(prefill).varlen_schedule);
+  EXPECT_FALSE(config_of(prefill).key.varlen_schedule);
   Case decode;
   decode.varlen = true;
   decode.paged = true;
@@ -791,7 +793,7 @@ TEST(ConfigVarlenSchedule, EqualLengthsAndDecodeKeepTheDirectGrid) {
   decode.seqlen_q = 4;  // speculative decode: 4 x 4 packed rows fit one 64-row tile
   decode.total_q = 64 * 2;
   decode.seqlen_k = 32768;
-  EXPECT_FALSE(config_of(decode).varlen_schedule);
+  EXPECT_FALSE(config_of(decode).key.varlen_schedule);
 }
 
 TEST(ConfigSplit, SlidingWindowLimitsKvBlocks) {

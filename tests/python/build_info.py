@@ -7,21 +7,14 @@ ones from the loaded library's fp8attn_compiled_kernels().
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import fp8attn
-
-KERNELS_LIST = Path(__file__).resolve().parents[2] / "src" / "kernels.list"
+from fp8attn import _kernel_list
 
 
 def declared_head_dims() -> set[tuple[int, int]]:
     """(d, dv) of every kernel src/kernels.list declares."""
-    pairs = set()
-    for line in KERNELS_LIST.read_text().splitlines():
-        fields = line.split("#", 1)[0].split()
-        if fields:
-            pairs.add((int(fields[0]), int(fields[1])))
-    return pairs
+    return set(_kernel_list.parse_head_dims(_kernel_list.kernel_list_path().read_text()))
 
 
 def compiled_head_dims() -> set[tuple[int, int]]:
