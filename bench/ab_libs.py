@@ -5,6 +5,10 @@ alternated over rounds (so that clock and thermal drift falls on all of them ali
         --rounds 2 --out-dir $OUT/ab -- prefill --d 64 128 --seqlens 1024 16384
     python bench/ab_libs.py --lib ... -- decode --shapes llama3.1-8b-tp1-1x1-4k
 
+A library built at a commit of another C ABI needs that commit's Python package: ``--python NAME=DIR`` runs that
+library's benchmark with the package in DIR (e.g. ``git archive <commit> python src/kernels.list | tar -x -C old``,
+then old/python; bench_common.py reads it from FP8ATTN_PACKAGE_DIR).
+
 Everything after `--` names the benchmark (prefill or decode) and its arguments; `--ours-only` and `--out-dir`
 are added. Each round's JSON lands in OUT_DIR/<lib>_<round>/; the table printed last has, per row, the median
 over rounds of each library's result and its change against the first library. A row's spread over rounds
@@ -37,6 +41,8 @@ def row_key(kind: str, row: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lib", action="append", required=True, help="NAME=PATH of a libfp8attn.so (2 or more)")
+    parser.add_argument("--python", action="append", default=[],
+                        help="NAME=DIR: the fp8attn package for library NAME (a library of another C ABI)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out-dir", type=Path, required=True)
     parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- prefill|decode [its arguments]")
@@ -47,6 +53,10 @@ def main() -> None:
     kind, extra = bench_args[0], bench_args[1:]
     script, out_name, rows_key, metric, higher_better = BENCH[kind]
     libs = dict(spec.split("=", 1) for spec in args.lib)
+    packages = dict(spec.split("=", 1) for spec in args.python)
+    for name in packages:
+        if name not in libs:
+            parser.error(f"--python {name}: no --lib of that name")
     if len(libs) < 2:
         parser.error("give at least two --lib NAME=PATH")
     for name, path in libs.items():
@@ -62,6 +72,8 @@ def main() -> None:
             out = args.out_dir / f"{name}_{rnd}"
             print(f"=== round {rnd} lib {name} ({path})", flush=True)
             env = dict(os.environ, FP8ATTN_LIB=str(Path(path).resolve()), PYTHONUNBUFFERED="1")
+            if name in packages:
+                env["FP8ATTN_PACKAGE_DIR"] = str(Path(packages[name]).resolve())
             subprocess.run([sys.executable, str(here / script), *extra, "--ours-only", "--out-dir", str(out)],
                            env=env, check=True)
             payload = json.loads((out / out_name).read_text())

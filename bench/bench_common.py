@@ -10,6 +10,7 @@ import datetime
 import importlib.util
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -22,7 +23,9 @@ import torch
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
-sys.path.insert(0, str(REPO_ROOT / "python"))  # the package is used from the source tree
+# The package is used from the source tree, or from FP8ATTN_PACKAGE_DIR (ab_libs.py --python: a library of another
+# C ABI with its own commit's package).
+sys.path.insert(0, os.environ.get("FP8ATTN_PACKAGE_DIR") or str(REPO_ROOT / "python"))
 
 import fp8attn  # noqa: E402
 

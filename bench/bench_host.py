@@ -88,7 +88,7 @@ def decode_calls(shape: dict[str, Any], device: torch.device) -> tuple[Callable,
             block_table=layer.block_table, softcap=0.0, q_descale=qs, k_descale=ks, v_descale=vs, num_splits=0)
 
     op_args = (layer.q, layer.k, layer.v, layer.out, None, cu_q, None, used, layer.block_table, qs, ks, vs, None,
-               q_tokens, bd.MAX_SEQLEN_K, scale, True, window_left, window_right, 0)
+               q_tokens, bd.MAX_SEQLEN_K, scale, True, window_left, window_right, 0, None, 0.0)
     fa3 = None
     if bc.importable("flash_attn_interface"):
         fa3 = bd.fa3_fp8(shape, [layer])[0]
@@ -114,7 +114,7 @@ def prefill_calls(device: torch.device) -> tuple[Callable, Callable, Optional[Ca
             v_descale=descale)
 
     op_args = (q, k, v, out, None, cu, cu, None, None, descale, descale, descale, None, s["tokens"], s["tokens"],
-               scale, True, -1, 0, 0)
+               scale, True, -1, 0, 0, None, 0.0)
     fa3 = None
     if bc.importable("flash_attn_interface"):
         import flash_attn_interface as fa

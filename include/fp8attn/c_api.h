@@ -18,7 +18,7 @@ extern "C" {
 
 /* The C ABI these declarations describe: bumped whenever a function signature, params.h's structs or an
  * enum's numbering changes incompatibly. A binding compares it with fp8attn_abi_version() at load. */
-#define FP8ATTN_ABI_VERSION 1
+#define FP8ATTN_ABI_VERSION 2
 
 typedef enum fp8attn_status_code {
   FP8ATTN_OK = 0,

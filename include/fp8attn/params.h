@@ -13,7 +13,7 @@
  *          varlen [total_k, num_heads_kv, head_dim(_v)]             (cu_seqlens_k != NULL)
  *          paged  [num_pages, page_size, num_heads_kv, head_dim(_v)] (block_table != NULL;
  *                  the "batch" stride is then the page stride)
- *   out    like q, with head_dim_v; fp16 or bf16.
+ *   out    like q, with head_dim_v; fp16 or bf16, or E4M3 with output_scale.
  *   lse    dense  [batch, num_heads_q, seqlen_q] fp32; varlen [num_heads_q, total_q] fp32 (optional).
  *          Natural log of sum_j exp(softmax_scale * descale_q * descale_k * q.k_j) (+ exp(sink)).
  *
@@ -84,7 +84,7 @@ typedef struct fp8attn_fwd_params {
   int64_t k_batch_stride, k_row_stride, k_head_stride;
   const void* v;  fp8attn_dtype v_dtype;
   int64_t v_batch_stride, v_row_stride, v_head_stride;
-  void* out;      fp8attn_dtype out_dtype; /* F16 or BF16 */
+  void* out;      fp8attn_dtype out_dtype; /* F16 or BF16; E4M3 with output_scale */
   int64_t o_batch_stride, o_row_stride, o_head_stride;
   float* lse;                              /* optional */
   int64_t lse_batch_stride, lse_head_stride; /* the token stride is 1 */
@@ -120,9 +120,16 @@ typedef struct fp8attn_fwd_params {
   fp8attn_descale q_descale, k_descale, v_descale;
   const void* sink;     /* optional learnable sink logit per q head, [num_heads_q] */
   fp8attn_dtype sink_dtype; /* F32 or BF16 */
+  float softcap;        /* > 0: every score s becomes softcap * tanh(s / softcap) before the softmax, s being
+                           softmax_scale * descale_q * descale_k * q.k (Gemma-2's logit softcapping); 0: off */
+
+  /* ---- FP8 output (optional) ---- */
+  /* With out_dtype E4M3 (and only then): out = E4M3(O / output_scale), saturated to +-448 (NaN stays NaN), the
+   * static per-tensor quantization of the next layer's input. A single fp32 on the device (ndim 0, F32), read
+   * by the kernels; its value must be finite and > 0 (device data: not checked). */
+  fp8attn_descale output_scale;
 
   /* ---- features fp8attn does not implement: set them and the call is rejected by name ---- */
-  float softcap;          /* must be 0 */
   const void* qv;         /* MLA / Qv: must be NULL */
   const void* block_sparsity; /* block-sparse masks: must be NULL */
 

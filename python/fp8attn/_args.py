@@ -16,7 +16,6 @@ from typing import Any, Optional, Sequence
 UNSUPPORTED_IF_SET = {
     "q_v": "MLA",
     "alibi_slopes": "ALiBi",
-    "output_scale": "fused FP8 output quantization; the output is fp16/bf16",
     "mask_mod": "FA4 custom masks",
     "block_sparse_tensors": "FA4 block sparsity",
     "aux_tensors": "FA4 mask_mod tensors",
@@ -30,22 +29,19 @@ UNSUPPORTED_IF_SET = {
 def reject_unsupported(
     *,
     dropout_p: float = 0.0,
-    softcap: Optional[float] = 0.0,
     return_attn_probs: bool = False,
     cp_world_size: int = 1,
     **if_set: Any,
 ) -> None:
     """Raises NotImplementedError naming the first FlashAttention feature fp8attn does not implement.
 
-    fp8attn is a forward-only FP8 kernel: no dropout, no tanh softcap, no attention-probability output,
+    fp8attn is a forward-only FP8 kernel: no dropout, no attention-probability output,
     no context parallelism, and none of the features in UNSUPPORTED_IF_SET (its keywords are passed in
     ``if_set``; None means unused). Each is rejected rather than ignored, because ignoring any of them
     silently changes the result.
     """
     if dropout_p:
         raise NotImplementedError(f"fp8attn: dropout is not supported (dropout_p={dropout_p}); it is inference-only")
-    if softcap:
-        raise NotImplementedError(f"fp8attn: softcap is not supported (softcap={softcap}); pass 0.0")
     if return_attn_probs:
         raise NotImplementedError("fp8attn: return_attn_probs is not supported (use return_softmax_lse)")
     if cp_world_size != 1:

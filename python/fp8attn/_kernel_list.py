@@ -2,8 +2,8 @@
 
 The list declares every compiled forward kernel as ``d dv block_m block_n [one_level | varlen_schedule]``
 (``#`` starts a comment); its (d, dv) pairs, in order, are the supported head dims (cmake/kernels.cmake
-generates the same list for the C++ side). An installed wheel carries the file next to this module (cmake/install.cmake); a
-source checkout reads <repo>/src/kernels.list. Neither torch nor libfp8attn.so is needed.
+generates the same list for the C++ side). An installed wheel carries the file next to this module
+(cmake/install.cmake); a source checkout reads <repo>/src/kernels.list. Neither torch nor libfp8attn.so is needed.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 # FP8ATTN_ABI_VERSION of the c_api.h / params.h this binding mirrors (test_lib.py compares the two).
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # fp8attn_status_code (c_api.h).
 STATUS_OK = 0
@@ -128,8 +128,10 @@ class FwdParams(ctypes.Structure):
         ("v_descale", Descale),
         ("sink", ctypes.c_void_p),
         ("sink_dtype", _c_enum),
-        # features fp8attn rejects by name
         ("softcap", ctypes.c_float),
+        # FP8 output
+        ("output_scale", Descale),
+        # features fp8attn rejects by name
         ("qv", ctypes.c_void_p),
         ("block_sparsity", ctypes.c_void_p),
         # launch

@@ -4,7 +4,8 @@
 0.34's ``vllm_flash_attn`` wrapper's, in its order, plus ``out_dtype``); ``flash_attn_with_kvcache`` and
 ``flash_attn_func`` follow FlashAttention's batched semantics. Q, K and V are FP8 E4M3; descales are
 fp32 and applied in the kernel (q/k folded into the softmax scale, v into the normalisation). The
-output is fp16 or bf16; the optional LSE is fp32, natural log, including the sink.
+output is fp16 or bf16, or E4M3 quantized with ``output_scale`` (vLLM's attention + quant fusion); the optional
+LSE is fp32, natural log, including the sink. ``softcap`` > 0 caps the logits (Gemma-2).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _call(
     q_descale: Optional[Tensor], k_descale: Optional[Tensor], v_descale: Optional[Tensor], s_aux: Optional[Tensor],
     max_seqlen_q: int,
     max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_size: Optional[Sequence[int]],
-    num_splits: int,
+    num_splits: int, output_scale: Optional[Tensor], softcap: Optional[float],
 ) -> Result:
     """Allocates out/lse when needed, runs the op, returns out or (out, lse). The op and the library check the
     call; a refusal is raised in the words of ``function`` (see ``_in_callers_words``)."""
@@ -71,7 +72,7 @@ def _call(
     window_left, window_right = _args.normalize_window(window_size, causal)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
             s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
-            bool(causal), window_left, window_right, num_splits)
+            bool(causal), window_left, window_right, num_splits, output_scale, float(softcap or 0.0))
     if torch.compiler.is_compiling():  # traced: the library runs later, at replay
         _FWD(*args)
         return (out, lse) if return_lse else out
@@ -144,32 +145,35 @@ def flash_attn_varlen_func(
         num_splits: 0 = heuristic, n >= 2 = at most n KV splits (a ceiling, as FlashAttention-3 reads
             it), 1 = exactly one split (no split).
         s_aux: [Hq] fp32/bf16 learnable sink logits.
-        out: [total_q, Hq, dv] fp16/bf16, written in place. out_dtype: default out.dtype, else bf16.
+        softcap: 0 (off) or > 0: each logit l becomes softcap * tanh(l / softcap) (Gemma-2: 50).
+        out: [total_q, Hq, dv] fp16/bf16/float8_e4m3fn, written in place. out_dtype: default out.dtype, else
+            bf16.
+        output_scale: with a float8_e4m3fn out (or out_dtype): a 0-d fp32 device tensor; out = E4M3(O /
+            output_scale), saturated to +-448 (vLLM's static per-tensor quantization of o_proj's input, fused).
         scheduler_metadata, fa_version, deterministic, cp_rank, cp_tot_seqused_k: accepted for vLLM
             compatibility and not used (FA3's ahead-of-time split metadata is a hint; fp8attn plans its
             own splits on the host, and its forward is deterministic).
-        output_scale, mask_mod, block_sparse_tensors, aux_tensors, aux_tensor_leading_dims,
-            dynamic_causal, gather_kv_indices, gather_kv_valid_length: vLLM's fused FP8 output and
-            FlashAttention-4 features; accepted only as None (vLLM 0.34 passes mask_mod, aux_tensors and
-            dynamic_causal as None).
+        mask_mod, block_sparse_tensors, aux_tensors, aux_tensor_leading_dims, dynamic_causal,
+            gather_kv_indices, gather_kv_valid_length: FlashAttention-4 features; accepted only as None (vLLM
+            0.34 passes mask_mod, aux_tensors and dynamic_causal as None).
 
     Returns:
         out, or (out, lse) with lse [Hq, total_q] fp32 when return_softmax_lse.
 
     Raises:
-        NotImplementedError: dropout, ALiBi, q_v, softcap, return_attn_probs, context parallelism,
-            output_scale or an FA4 feature set, or a case the library does not support or did not compile.
+        NotImplementedError: dropout, ALiBi, q_v, return_attn_probs, context parallelism or an FA4 feature
+            set, or a case the library does not support or did not compile.
         ValueError: malformed arguments (the message names the argument).
     """
     # The common call sets none of them: test that inline, and let reject_unsupported name the one that is set
-    # (building its 14 keywords costs ~1 us per call; test_ops_meta.py sets each one in turn).
-    if (dropout_p or softcap or return_attn_probs or cp_world_size != 1 or q_v is not None
-            or alibi_slopes is not None or output_scale is not None or mask_mod is not None
+    # (building its 13 keywords costs ~1 us per call; test_ops_meta.py sets each one in turn).
+    if (dropout_p or return_attn_probs or cp_world_size != 1 or q_v is not None
+            or alibi_slopes is not None or mask_mod is not None
             or block_sparse_tensors is not None or aux_tensors is not None or aux_tensor_leading_dims is not None
             or dynamic_causal is not None or gather_kv_indices is not None or gather_kv_valid_length is not None):
         _args.reject_unsupported(
-            dropout_p=dropout_p, softcap=softcap, return_attn_probs=return_attn_probs, cp_world_size=cp_world_size,
-            q_v=q_v, alibi_slopes=alibi_slopes, output_scale=output_scale, mask_mod=mask_mod,
+            dropout_p=dropout_p, return_attn_probs=return_attn_probs, cp_world_size=cp_world_size,
+            q_v=q_v, alibi_slopes=alibi_slopes, mask_mod=mask_mod,
             block_sparse_tensors=block_sparse_tensors, aux_tensors=aux_tensors,
             aux_tensor_leading_dims=aux_tensor_leading_dims, dynamic_causal=dynamic_causal,
             gather_kv_indices=gather_kv_indices, gather_kv_valid_length=gather_kv_valid_length)
@@ -178,7 +182,7 @@ def flash_attn_varlen_func(
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=block_table,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-        num_splits=num_splits)
+        num_splits=num_splits, output_scale=output_scale, softcap=softcap)
 
 
 def flash_attn_with_kvcache(
@@ -199,6 +203,7 @@ def flash_attn_with_kvcache(
     num_splits: int = 0,
     s_aux: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
+    output_scale: Optional[Tensor] = None,
 ) -> Result:
     """FP8 attention of a batch of queries against a KV cache (FlashAttention's kvcache semantics,
     without appending new K/V).
@@ -215,7 +220,6 @@ def flash_attn_with_kvcache(
     Returns:
         out [B, Sq, Hq, dv], or (out, lse) with lse [B, Hq, Sq] fp32 when return_softmax_lse.
     """
-    _args.reject_unsupported(softcap=softcap)
     batch = q.shape[0]
     if isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
@@ -228,7 +232,7 @@ def flash_attn_with_kvcache(
         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=cache_seqlens, block_table=block_table,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1],
         max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-        num_splits=num_splits)
+        num_splits=num_splits, output_scale=output_scale, softcap=softcap)
 
 
 def flash_attn_func(
@@ -247,15 +251,16 @@ def flash_attn_func(
     return_softmax_lse: bool = False,
     out: Optional[Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
+    output_scale: Optional[Tensor] = None,
 ) -> Result:
     """Dense FP8 attention: q [B, Sq, Hq, d], k/v [B, Sk, Hkv, d(v)] E4M3 → out [B, Sq, Hq, dv].
 
     Returns out, or (out, lse) with lse [B, Hq, Sq] fp32 when return_softmax_lse. Other arguments as in
     :func:`flash_attn_varlen_func`.
     """
-    _args.reject_unsupported(softcap=softcap)
     return _call(
         "flash_attn_func", {}, q, k, v, out, out_dtype, return_softmax_lse,
         cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, q_descale=q_descale,
         k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1],
-        softmax_scale=softmax_scale, causal=causal, window_size=window_size, num_splits=num_splits)
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size, num_splits=num_splits,
+        output_scale=output_scale, softcap=softcap)

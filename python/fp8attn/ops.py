@@ -111,8 +111,8 @@ def _check_output_shapes(q: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor
     same on a real call, validate.cpp's check_extents and check_dtypes)."""
     if tuple(out.shape) != expected_out_shape(q, v):
         raise ValueError(f"fp8attn: out must have shape {expected_out_shape(q, v)}, got {tuple(out.shape)}")
-    if out.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"fp8attn: out must be float16 or bfloat16, got {out.dtype}")
+    if out.dtype not in (torch.float16, torch.bfloat16, torch.float8_e4m3fn):
+        raise ValueError(f"fp8attn: out must be float16, bfloat16 or float8_e4m3fn, got {out.dtype}")
     if lse is not None:
         if tuple(lse.shape) != expected_lse_shape(q, varlen_q):
             raise ValueError(
@@ -184,6 +184,8 @@ def fill_params(
     window_left: int,
     window_right: int,
     num_splits: int,
+    output_scale: Optional[Tensor],
+    softcap: float,
 ) -> None:
     """Fills ``params`` (already defaulted by fp8attn_fwd_params_init) from tensors.
 
@@ -219,7 +221,7 @@ def fill_params(
     named = {
         "k": k, "v": v, "out": out, "lse": lse, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
         "seqused_k": seqused_k, "block_table": block_table, "q_descale": q_descale, "k_descale": k_descale,
-        "v_descale": v_descale, "s_aux": sink,
+        "v_descale": v_descale, "s_aux": sink, "output_scale": output_scale,
     }
     for name, t in named.items():
         if t is not None and t.device != q.device:
@@ -299,6 +301,12 @@ def fill_params(
             raise ValueError(f"fp8attn: s_aux must be a contiguous 1-d [Hq] tensor, got shape {tuple(sink.shape)}")
         params.sink, params.sink_dtype = sink.data_ptr(), _dtype_code(sink, "s_aux")
     params.num_splits = num_splits
+    if output_scale is not None:
+        # One scalar as an ndim-0 scale; any other tensor keeps a nonzero ndim, which the library refuses by name.
+        params.output_scale.ndim = 0 if output_scale.numel() == 1 else max(output_scale.dim(), 1)
+        params.output_scale.ptr = output_scale.data_ptr()
+        params.output_scale.dtype = _dtype_code(output_scale, "output_scale")
+    params.softcap = softcap
 
 
 def _fwd(*args) -> None:

@@ -6,6 +6,7 @@ policy) stays importable where torch is absent.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ._kernel_list import supported_head_dims
@@ -49,8 +50,9 @@ def use_fp8attn(
 
     True exactly when: the device is SM90 (Hopper: major 9), the KV cache is FP8 E4M3 ("fp8" or
     "fp8_e4m3"; E5M2 is not supported), (head_size, head_size_v) is in ``SUPPORTED_HEAD_SIZES`` (the pairs
-    of src/kernels.list: 64/96/128/192/256 with equal V, and (192, 128)), there is no softcap, and
-    batch-invariant mode is off (it needs fixed split counts that this path does not promise).
+    of src/kernels.list: 64/96/128/192/256 with equal V, and (192, 128)), the softcap is off or a finite value
+    > 0 (Gemma-2's 50), and batch-invariant mode is off (it needs fixed split counts that this path does not
+    promise).
 
     Args:
         device_capability: (major, minor), an object with ``.major``, or an int like 90.
@@ -64,7 +66,9 @@ def use_fp8attn(
         return False
     if (head_size, head_size if head_size_v is None else head_size_v) not in SUPPORTED_HEAD_SIZES:
         return False
-    return not softcap and not batch_invariant
+    if softcap and not (softcap > 0 and math.isfinite(softcap)):
+        return False
+    return not batch_invariant
 
 
 def quantize_e4m3(

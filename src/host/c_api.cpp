@@ -63,7 +63,8 @@ void fp8attn_fwd_params_init(fp8attn_fwd_params* params) {
   params->out_dtype = FP8ATTN_DTYPE_BF16;
   params->window_left = -1;
   params->window_right = -1;
-  for (fp8attn_descale* d : {&params->q_descale, &params->k_descale, &params->v_descale}) d->dtype = FP8ATTN_DTYPE_F32;
+  for (fp8attn_descale* d : {&params->q_descale, &params->k_descale, &params->v_descale, &params->output_scale})
+    d->dtype = FP8ATTN_DTYPE_F32;
   params->sink_dtype = FP8ATTN_DTYPE_F32;
   for (fp8attn_shape* s : {&params->q_shape, &params->k_shape, &params->v_shape, &params->out_shape,
                            &params->lse_shape})

@@ -274,8 +274,6 @@ Status check_device(const DeviceInfo& d) {
 }
 
 Status check_unsupported_features(const FwdParams& p) {
-  if (!(p.softcap == 0.0f))  // written so that a NaN softcap counts as set
-    return not_supported(expected_got("softcap", "0 (off)", cat(p.softcap)) + " (logit softcapping is not supported)");
   if (p.qv != nullptr)
     return not_supported(expected_got("qv", "NULL", "a pointer") + " (MLA / Qv is not supported)");
   if (p.block_sparsity != nullptr)
@@ -300,7 +298,7 @@ Status check_dtypes(const FwdParams& p) {
   if (p.q_dtype == FP8ATTN_DTYPE_E5M2) {
     return not_supported(expected_got("q", "dtype float8_e4m3fn", "float8_e5m2") + " (E5M2 is not supported)");
   }
-  return expect_dtype("out_dtype", p.out_dtype, {FP8ATTN_DTYPE_F16, FP8ATTN_DTYPE_BF16});
+  return expect_dtype("out_dtype", p.out_dtype, {FP8ATTN_DTYPE_F16, FP8ATTN_DTYPE_BF16, FP8ATTN_DTYPE_E4M3});
 }
 
 Status check_head_dims(const FwdParams& p) {
@@ -535,6 +533,26 @@ Status check_descales(const FwdParams& p) {
   return check_descale("v_descale", p.v_descale, p);
 }
 
+// An E4M3 out is quantized with output_scale, and output_scale is for an E4M3 out only: a bf16 out with a scale
+// would silently not be scaled.
+Status check_output_scale(const FwdParams& p) {
+  const fp8attn_descale& s = p.output_scale;
+  if (p.out_dtype != FP8ATTN_DTYPE_E4M3) {
+    if (s.ptr == nullptr) return Status::Ok();
+    return invalid(expected_got("output_scale", "NULL unless out is float8_e4m3fn (it quantizes an FP8 output)",
+                                cat("a scale with out dtype ", dtype_name(p.out_dtype))));
+  }
+  if (s.ptr == nullptr) {
+    return invalid(expected_got("output_scale", "a 0-d float32 device tensor with a float8_e4m3fn out "
+                                                "(out = E4M3(O / output_scale))", "NULL"));
+  }
+  FP8ATTN_RETURN_IF_ERROR(expect_dtype("output_scale", s.dtype, {FP8ATTN_DTYPE_F32}));
+  FP8ATTN_RETURN_IF_ERROR(expect_aligned("output_scale", s.ptr, sizeof(float), "float32 elements"));
+  if (s.ndim != 0 || s.batch_stride != 0 || s.head_stride != 0)
+    return invalid(expected_got("output_scale", "one scalar (a 0-d or 1-element tensor)", cat("ndim ", s.ndim)));
+  return Status::Ok();
+}
+
 Status check_sink(const FwdParams& p) {
   if (p.sink == nullptr) return Status::Ok();
   FP8ATTN_RETURN_IF_ERROR(expect_dtype("sink_dtype (s_aux)", p.sink_dtype, {FP8ATTN_DTYPE_F32, FP8ATTN_DTYPE_BF16}));
@@ -546,6 +564,11 @@ Status check_scalars(const FwdParams& p) {
   if (!(std::isfinite(p.softmax_scale) && p.softmax_scale > 0.0f)) {
     return invalid(expected_got("softmax_scale", "a finite value > 0 (usually 1/sqrt(head_dim))",
                                 cat(p.softmax_scale)));
+  }
+  // softcap * tanh(s / softcap): a NaN or negative cap has no meaning, and an infinite one is "off" spelled
+  // another way that the kernel would run as tanh(0) = 0 for every score.
+  if (!(p.softcap == 0.0f || (std::isfinite(p.softcap) && p.softcap > 0.0f))) {
+    return invalid(expected_got("softcap", "0 (off) or a finite value > 0 (Gemma-2: 50)", cat(p.softcap)));
   }
   if (p.num_splits < 0 || p.num_splits > kMaxSplits) {
     return invalid(expected_got("num_splits", cat("0 (heuristic) or 1..", kMaxSplits), cat(p.num_splits)));
@@ -599,6 +622,7 @@ Status validate_fwd_arguments(const FwdParams& params, const DeviceInfo& device)
   FP8ATTN_RETURN_IF_ERROR(check_window(params));
   FP8ATTN_RETURN_IF_ERROR(check_descales(params));
   FP8ATTN_RETURN_IF_ERROR(check_sink(params));
+  FP8ATTN_RETURN_IF_ERROR(check_output_scale(params));
   return check_scalars(params);
 }
 

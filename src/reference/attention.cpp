@@ -247,6 +247,7 @@ struct TaskConstants {
   float q_descale = 1.0f;
   float k_descale = 1.0f;
   float v_descale = 1.0f;
+  float softcap = 0.0f;  // > 0: logits l -> softcap * tanh(l / softcap)
   bool has_sink = false;
 };
 
@@ -291,14 +292,16 @@ void add_values(const Real* weights, int64_t count, const float* v_rows, int hea
   }
 }
 
-// kExact, fp64: logits l_j = softmax_scale * q_descale * k_descale * s_j, M = max(l_j, sink),
-// P_j = exp(l_j - M). The q.k sums are exact in fp64: each product of two E4M3 values has at most 8
+// kExact, fp64: logits l_j = softmax_scale * q_descale * k_descale * s_j (softcap c: c * tanh(l_j / c)),
+// M = max(l_j, sink), P_j = exp(l_j - M). The q.k sums are exact in fp64: each product of two E4M3 values has at most 8
 // significant bits, and a sum of up to 256 of them spans far fewer than 53 bits.
 void make_weights(const TaskConstants& constants, Row<double>* row) {
   const double scale = static_cast<double>(constants.softmax_scale) * constants.q_descale * constants.k_descale;
   double row_max = constants.has_sink ? static_cast<double>(row->sink) : kMinusInfinity;
+  const double cap = constants.softcap;
   for (double& score : row->weights) {
     score *= scale;
+    if (cap > 0.0) score = cap * std::tanh(score / cap);
     row_max = std::max(row_max, score);
   }
   double row_sum = constants.has_sink ? std::exp(row->sink - row_max) : 0.0;
@@ -319,11 +322,17 @@ void finish(const TaskConstants& constants, const Row<double>& row, double* out,
 // kEmulation, the kernel's arithmetic: P = exp2(s * scale_log2 - max_scaled) with
 // max_scaled = max(s) * scale_log2 - 8, both through FFMA as the kernel computes them; PV takes P rounded
 // to E4M3 and is normalised by the sum of those rounded P (the kernel's P x ones), while the LSE takes the
-// fp32 sum of the unrounded P.
+// fp32 sum of the unrounded P. Softcap c, as the kernel: s -> t = tanh(s * a) with a = softmax_scale / c times the
+// descales, then scale_log2 = c * log2(e) (the kernel's tanh is MUFU.TANH, ~2^-11 relative; this one is libm's).
 void make_weights(const TaskConstants& constants, Row<float>* row) {
   // As FlashAttention: softmax_scale * log2(e) is formed on the host, the descales multiply it on the device.
-  const float scale_log2 =
-      static_cast<float>(constants.softmax_scale * kLog2e) * (constants.q_descale * constants.k_descale);
+  const float qk_descale = constants.q_descale * constants.k_descale;
+  float scale_log2 = static_cast<float>(constants.softmax_scale * kLog2e) * qk_descale;
+  if (constants.softcap > 0.0f) {
+    const float tanh_scale = (constants.softmax_scale / constants.softcap) * qk_descale;
+    for (float& weight : row->weights) weight = std::tanh(weight * tanh_scale);
+    scale_log2 = constants.softcap * static_cast<float>(kLog2e);
+  }
   const float row_max = *std::max_element(row->weights.begin(), row->weights.end());
   const float max_scaled = std::fma(row_max, scale_log2, -kPExponentOffset);
   float row_sum = 0.0f, pv_sum = 0.0f;
@@ -384,6 +393,7 @@ void run_task(const Problem& problem, const Task& task, Scratch<Real>* scratch) 
   constants.q_descale = descale_value(p.q_descale, task.batch, task.kv_head);
   constants.k_descale = descale_value(p.k_descale, task.batch, task.kv_head);
   constants.v_descale = descale_value(p.v_descale, task.batch, task.kv_head);
+  constants.softcap = p.softcap;
   constants.has_sink = p.sink != nullptr;
 
   // Set up the rows; a row with no visible key is written at once: nothing to average, and its LSE is

@@ -20,6 +20,7 @@
 #include <cutlass/arch/grid_dependency_control.h>
 
 #include "common/kernel_rules.h"
+#include "sm90/output_store.cuh"
 
 namespace fp8attn::sm90 {
 
@@ -144,15 +145,12 @@ __global__ void __launch_bounds__(kCombineMaxThreads) combine_kernel(const Combi
 
   const int64_t out_offset = int64_t(batch) * args.o_batch_stride + int64_t(token) * args.o_row_stride +
                              int64_t(head) * args.o_head_stride + 4 * column;
-  if (args.out_is_bf16) {
-    auto* out = static_cast<__nv_bfloat16*>(args.out) + out_offset;
-    reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(total.x, total.y);
-    reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(total.z, total.w);
-  } else {
-    auto* out = static_cast<__half*>(args.out) + out_offset;
-    reinterpret_cast<__half2*>(out)[0] = __floats2half2_rn(total.x, total.y);
-    reinterpret_cast<__half2*>(out)[1] = __floats2half2_rn(total.z, total.w);
-  }
+  const float out_scale = args.output_scale != nullptr ? 1.f / *args.output_scale : 1.f;
+  with_output_store(args.out_type, [&](auto store) {
+    auto* out = static_cast<typename decltype(store)::Element*>(args.out) + out_offset;
+    store(out, total.x * out_scale, total.y * out_scale);
+    store(out + 2, total.z * out_scale, total.w * out_scale);
+  });
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "sm90/output_type.h"
+
 namespace fp8attn::sm90 {
 
 struct CombineArgs {
@@ -18,8 +20,9 @@ struct CombineArgs {
   int batch = 0;
   int seqlen_q = 0;                    // dense
   const int* cu_seqlens_q = nullptr;   // varlen [batch + 1]
-  void* out = nullptr;                 // like q with dv; fp16 or bf16
-  bool out_is_bf16 = true;
+  void* out = nullptr;                 // like q with dv
+  OutputType out_type = OutputType::kBFloat16;
+  const float* output_scale = nullptr;  // with an E4M3 out: out = E4M3(O / *output_scale)
   int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
   float* lse = nullptr;                // optional, layout of fp8attn_fwd_params::lse
   int64_t lse_batch_stride = 0, lse_head_stride = 0;

@@ -1,25 +1,23 @@
-// fp8attn SM90 forward, epilogue: normalise O and store it with the LSE — as fp16/bf16 output, or as the
-// fp32 partials of one KV split for the combine kernel.
+// fp8attn SM90 forward, epilogue: normalise O and store it with the LSE — as fp16/bf16/E4M3 output
+// (output_store.cuh), or as the fp32 partials of one KV split for the combine kernel.
 //
 // Rows past the sequence are never written (varlen neighbours and padding stay untouched).
 //
 // Two paths. Direct: each thread stores its accumulator pairs (two adjacent columns) as one 32- or 64-bit
 // word — small code, for the once-per-CTA path of decode (64-row kernels) and for the split partials. Staged
-// (128-row prefill kernels, fp16/bf16 out): each MMA warpgroup writes its 64 rows into shared memory and copies
+// (128-row prefill kernels): each MMA warpgroup writes its 64 rows into shared memory and copies
 // every row out with one bulk copy (cp.async.bulk, full 128-byte lines, issued by one thread per row). The
 // direct path's 4-byte stores, 8 rows per warp instruction, held the end of every prefill CTA on the store
 // queue: a timing-only build without them took the fixed part of a d256 CTA from ~9 to ~2.5 µs and of a d128
 // CTA from ~5.3 to ~3.5 µs (docs/design.md, Measured choices).
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cute/tensor.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "sm90/kernel_args.cuh"
+#include "sm90/output_store.cuh"
 #include "sm90/pack_gqa.cuh"
 #include "sm90/utils.cuh"
 
@@ -44,7 +42,7 @@ struct Epilogue {
   static constexpr int kPassCols = kHeadDimV / kStagePasses;
   // A row of 16-bit outputs plus 16 bytes: rows then start 4 banks apart (row stride in words = 4 mod 8), so a
   // warp's pair stores (8 rows x 4 threads x 4 bytes) hit 32 distinct banks; rows stay 16-byte aligned for
-  // the bulk copy.
+  // the bulk copy. E4M3 rows use the first half of the same rows.
   static constexpr int kStageRowBytes = kPassCols * 2 + 16;
   static_assert(!kStagedOut || 64 * kStageRowBytes <= kStageRegionBytes, "staged rows fit the sVLoad share");
   static_assert(!kStagedOut || ((kStageRowBytes / 4) % 8 == 4 && kPassCols % 8 == 0),
@@ -90,14 +88,15 @@ struct Epilogue {
     // Pass `pass` of the staged output: this thread's pairs in columns [pass, pass + 1) * kPassCols into its
     // rows of the warpgroup's staging rows. Which pass a pair belongs to is known at compile time: the
     // accumulator's column minus the thread's first column is a constant multiple of 8.
-    auto stage_pairs = [&](int pass, char* region, const int (&local_row)[2], auto convert) {
+    auto stage_pairs = [&](int pass, char* region, const int (&local_row)[2], auto store) {
+      using Element = typename decltype(store)::Element;
       CUTE_UNROLL
       for (int i = 0; i < size(tOrO); i += 2) {
         const int col = get<1>(tOcO(i)) - first_col;
         if (col / kPassCols != pass) { continue; }
         const int h = AccumulatorIndex::row_half(i);
-        convert(region + local_row[h] * kStageRowBytes + (first_col + col - pass * kPassCols) * 2,
-                tOrO(i) * o_scale[h], tOrO(i + 1) * o_scale[h]);
+        store(reinterpret_cast<Element*>(region + local_row[h] * kStageRowBytes) + (first_col + col - pass * kPassCols),
+              tOrO(i) * o_scale[h], tOrO(i + 1) * o_scale[h]);
       }
     };
     if (args.split_kv) {
@@ -118,7 +117,8 @@ struct Epilogue {
         const int copy_row = mma_thread % 128;
         const RowTarget copy_target = pack.row_target(m_block * kBlockM + warpgroup * 64 + copy_row, head);
         const bool copies = copy_row < 64 && copy_target.token < seq.seqlen_q;
-        char* out_row = static_cast<char*>(args.out) + out_offset_of(copy_target) * 2;
+        const int out_bytes = args.out_type == OutputType::kE4M3 ? 1 : 2;
+        char* out_row = static_cast<char*>(args.out) + out_offset_of(copy_target) * out_bytes;
         char* region = reinterpret_cast<char*>(smem.smem_vload.data()) + warpgroup * kStageRegionBytes;
         const int local_row[2] = {accumulator_row(mma_thread, 0) % 64, accumulator_row(mma_thread, 1) % 64};
         // The warpgroup's own named barrier, its id an immediate (NamedBarrierId).
@@ -137,35 +137,23 @@ struct Epilogue {
             if (copies) { cute::tma_store_wait<0>(); }
             warpgroup_sync();
           }
-          if (args.out_is_bf16) {
-            stage_pairs(pass, region, local_row, [](char* dst, float lo, float hi) {
-              *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(lo, hi);
-            });
-          } else {
-            stage_pairs(pass, region, local_row, [](char* dst, float lo, float hi) {
-              *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(lo, hi);
-            });
-          }
+          with_output_store(args.out_type, [&](auto store) { stage_pairs(pass, region, local_row, store); });
           // The bulk copies read the rows through the async proxy: order this thread's stores first, then
           // wait for the whole warpgroup's.
           cutlass::arch::fence_view_async_shared();
           warpgroup_sync();
           if (copies) {
-            cute::SM90_BULK_COPY_S2G::copy(region + copy_row * kStageRowBytes, out_row + pass * kPassCols * 2, kPassCols * 2);
+            cute::SM90_BULK_COPY_S2G::copy(region + copy_row * kStageRowBytes, out_row + pass * kPassCols * out_bytes,
+                                           kPassCols * out_bytes);
             cute::tma_store_arrive();
           }
         }
         // The rows must stay in shared memory until the copies have read them (the CTA may exit next).
         if (copies) { cute::tma_store_wait<0>(); }
-      } else if (args.out_is_bf16) {
-        auto* out = static_cast<__nv_bfloat16*>(args.out);
-        store_pairs(out + out_offset_of(target[0]), out + out_offset_of(target[1]), [](__nv_bfloat16* dst, float lo, float hi) {
-          *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(lo, hi);
-        });
       } else {
-        auto* out = static_cast<__half*>(args.out);
-        store_pairs(out + out_offset_of(target[0]), out + out_offset_of(target[1]), [](__half* dst, float lo, float hi) {
-          *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(lo, hi);
+        with_output_store(args.out_type, [&](auto store) {
+          auto* out = static_cast<typename decltype(store)::Element*>(args.out);
+          store_pairs(out + out_offset_of(target[0]), out + out_offset_of(target[1]), store);
         });
       }
     }

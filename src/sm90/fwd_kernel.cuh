@@ -141,9 +141,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     const int mma_thread = threadIdx.x - Traits::kNumProducerThreads;
     const float qk_descale = args.q_descale.load(tile.batch, kv_head) * args.k_descale.load(tile.batch, kv_head);
     // Read now, used by the finalisation: read there, its round trip sat between the KV loop and the output
-    // (0.36 us of a 16 us d128 1k prefill CTA; docs/design.md, Measured choices).
-    const float v_descale = args.v_descale.load(tile.batch, kv_head);
-    OnlineSoftmax softmax(args.softmax_scale_log2 * qk_descale);
+    // (0.36 us of a 16 us d128 1k prefill CTA; docs/design.md, Measured choices). An FP8 output's 1 / scale
+    // folds into it (with split-KV the combine applies it to the combined rows instead).
+    float v_descale = args.v_descale.load(tile.batch, kv_head);
+    if (args.output_scale != nullptr && !args.split_kv) { v_descale /= *args.output_scale; }
+    OnlineSoftmax softmax = args.softcap_tanh_scale != 0.f
+                                ? OnlineSoftmax(args.softcap_log2, args.softcap_tanh_scale * qk_descale)
+                                : OnlineSoftmax(args.softmax_scale_log2 * qk_descale, 0.f);
     typename MainloopMma<Traits>::FragmentO tOrO;
     clear(tOrO);
     if (has_work) {

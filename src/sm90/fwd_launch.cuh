@@ -90,7 +90,8 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
     a.lse_partial = a.o_partial + SplitWorkspace::of(config, p.num_heads_q, p.head_dim_v).o_floats;
   }
   a.out = p.out;
-  a.out_is_bf16 = p.out_dtype == FP8ATTN_DTYPE_BF16;
+  a.out_type = output_type_of(p.out_dtype);
+  a.output_scale = a.out_type == OutputType::kE4M3 ? p.output_scale.ptr : nullptr;
   a.o_batch_stride = p.o_batch_stride;
   a.o_row_stride = p.o_row_stride;
   a.o_head_stride = p.o_head_stride;
@@ -98,6 +99,10 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
   a.lse_batch_stride = p.cu_seqlens_q != nullptr ? 0 : p.lse_batch_stride;
   a.lse_head_stride = p.lse_head_stride;
   a.softmax_scale_log2 = p.softmax_scale * kLog2e;
+  if (p.softcap > 0.f) {
+    a.softcap_tanh_scale = p.softmax_scale / p.softcap;
+    a.softcap_log2 = p.softcap * kLog2e;
+  }
   a.q_descale = make_descale_arg(p.q_descale);
   a.k_descale = make_descale_arg(p.k_descale);
   a.v_descale = make_descale_arg(p.v_descale);

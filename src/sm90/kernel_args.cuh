@@ -6,6 +6,8 @@
 #include <cute/config.hpp>
 #include <cutlass/fast_math.h>
 
+#include "sm90/output_type.h"
+
 namespace fp8attn::sm90 {
 
 // A per-(batch, kv head) scale read in place; ptr == nullptr means 1. Strides may be 0 (broadcast).
@@ -66,13 +68,18 @@ struct FwdArgs {
   float* lse_partial = nullptr;
   int partial_rows = 0;
 
-  void* out = nullptr;  // like q with dv; fp16 or bf16
-  bool out_is_bf16 = true;
+  void* out = nullptr;  // like q with dv
+  OutputType out_type = OutputType::kBFloat16;
+  const float* output_scale = nullptr;  // with an E4M3 out: out = E4M3(O / *output_scale)
   int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
   float* lse = nullptr;  // optional
   int64_t lse_batch_stride = 0, lse_head_stride = 0;
 
   float softmax_scale_log2 = 0.f;  // softmax_scale * log2(e); q and k descales are folded in per CTA
+  // Softcap (params.h): score -> softcap * tanh(softcap_tanh_scale * descales * q.k), then exp2 with the scale
+  // softcap_log2 = softcap * log2(e) (softmax.cuh). softcap_tanh_scale = softmax_scale / softcap; 0: off.
+  float softcap_tanh_scale = 0.f;
+  float softcap_log2 = 0.f;
   DescaleArg q_descale, k_descale, v_descale;
   const void* sink = nullptr;  // [num_heads_q] logits, fp32 or bf16
   bool sink_is_bf16 = false;

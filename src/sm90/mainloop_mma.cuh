@@ -109,8 +109,10 @@ struct MainloopMma {
       }
     };
     auto fold = [&](int chunk, const float (&rescale)[2]) { fold_from(chunk, rescale, tOrOTile); };
-    // S -> P for one block: mask (boundary blocks only), online softmax, FP8 conversion into PV A order.
+    // S -> P for one block: softcap (when on), mask (boundary blocks only), online softmax, FP8 conversion into PV
+    // A order.
     auto scores_to_p = [&](int n_block, float (&rescale)[2]) {
+      if (softmax.softcap_tanh_scale != 0.f) { softmax.softcap(tSrS); }
       if (mask.needs_mask(n_block)) {
         // Coordinates of tSrS, from the thread index read again: only boundary blocks need them, and held
         // through the loop they would take a register the MMA warpgroups do not have.

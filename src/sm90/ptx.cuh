@@ -14,6 +14,13 @@ CUTE_DEVICE float exp2_approx(float x) {
   return y;
 }
 
+// tanh(x) with the SFU (MUFU.TANH, max relative error ~2^-11): the softcap.
+CUTE_DEVICE float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // threadIdx.x, read again rather than reused: values derived from the thread index that are needed only after
 // the KV loop (the epilogue's rows) are then recomputed instead of held in a register through the loop, where
 // the MMA warpgroups have none to spare (a volatile read is not merged with the earlier one).

@@ -28,8 +28,12 @@ struct OnlineSoftmax {
   float row_sum[2];  // this thread's share of sum(P), relative to the current row_max
   float pv_sum[2];   // the whole row's sum of P rounded to E4M3, relative to the row_max of the folded blocks
   float scale_log2;
+  float softcap_tanh_scale;  // 0: no softcap; else scores become tanh(score * this) (capped, see softcap())
 
-  CUTE_DEVICE explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+  // scale_log2 multiplies the scores (raw, or capped) in the exponent. Softcap c: logit = c * tanh(s * a) with
+  // a = softmax_scale * descales / c, so the scores become t = tanh(s * a) and scale_log2 = c * log2(e).
+  CUTE_DEVICE OnlineSoftmax(float scale_log2_, float softcap_tanh_scale_)
+      : scale_log2(scale_log2_), softcap_tanh_scale(softcap_tanh_scale_) {
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       row_max[h] = -INFINITY;
@@ -101,6 +105,15 @@ struct OnlineSoftmax {
         for (int h = 0; h < 2; ++h) { exponentiate(h, j, row_sum[h]); }
       }
     }
+  }
+
+  // Softcap: one multiply and one MUFU.TANH per score, before the mask (a masked score must stay -inf, and
+  // tanh(-inf) = -1 would not). The row maximum and the LSE are then of the capped logits / c, as the
+  // exponent's scale_log2 = c * log2(e) expects.
+  template <class TensorS>
+  CUTE_DEVICE void softcap(TensorS& tSrS) const {
+    CUTE_UNROLL
+    for (int i = 0; i < size(tSrS); ++i) { tSrS(i) = tanh_approx(tSrS(i) * softcap_tanh_scale); }
   }
 
   // Folds one block's sum of rounded P (the same for every thread of the row) like O: sum * rescale + tile.

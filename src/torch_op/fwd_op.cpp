@@ -179,11 +179,20 @@ void fill_descale(fp8attn_descale& desc, const View& t, int32_t batch, int32_t n
   desc.dtype = dtype_code(t);
 }
 
+// output_scale: one scalar (0-d or 1-element) as an ndim-0 scale; any other tensor keeps a nonzero ndim, which
+// the library refuses by name.
+void fill_output_scale(fp8attn_descale& desc, const View& t) {
+  desc.ndim = t.numel() == 1 ? 0 : std::max<int32_t>(int32_t(t.ndim), 1);
+  desc.ptr = static_cast<const float*>(t.data);
+  desc.dtype = dtype_code(t);
+}
+
 void fwd(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& out_t, const OptionalTensor& lse_t,
          const OptionalTensor& cu_seqlens_q_t, const OptionalTensor& cu_seqlens_k_t, const OptionalTensor& seqused_k_t,
          const OptionalTensor& block_table_t, const OptionalTensor& q_descale_t, const OptionalTensor& k_descale_t,
          const OptionalTensor& v_descale_t, const OptionalTensor& sink_t, int64_t max_seqlen_q, int64_t max_seqlen_k,
-         double softmax_scale, bool causal, int64_t window_left, int64_t window_right, int64_t num_splits) {
+         double softmax_scale, bool causal, int64_t window_left, int64_t window_right, int64_t num_splits,
+         const OptionalTensor& output_scale_t, double softcap) {
   g_last_error_code = FP8ATTN_OK;
   const View q(q_t, "q"), k(k_t, "k"), v(v_t, "v"), out(out_t, "out");
   auto view_of = [](const OptionalTensor& t, const char* name) { return t ? View(*t, name) : View(); };
@@ -223,7 +232,7 @@ void fwd(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& 
   const std::pair<const OptionalTensor*, const char*> others[] = {
       {&lse_t, "lse"}, {&cu_seqlens_q_t, "cu_seqlens_q"}, {&cu_seqlens_k_t, "cu_seqlens_k"},
       {&seqused_k_t, "seqused_k"}, {&block_table_t, "block_table"}, {&q_descale_t, "q_descale"},
-      {&k_descale_t, "k_descale"}, {&v_descale_t, "v_descale"}, {&sink_t, "s_aux"}};
+      {&k_descale_t, "k_descale"}, {&v_descale_t, "v_descale"}, {&sink_t, "s_aux"}, {&output_scale_t, "output_scale"}};
   auto check_device = [&](const Tensor& t, const char* name) {
     const DeviceOf d = device_of(t);
     if (d.type != device.type || d.index != device.index) {
@@ -320,6 +329,8 @@ void fwd(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& 
     p.sink_len = sink.size(0);
   }
   p.num_splits = int32_t(num_splits);
+  if (output_scale_t) fill_output_scale(p.output_scale, View(*output_scale_t, "output_scale"));
+  p.softcap = float(softcap);
 
   // Extents: what was allocated, so the library refuses arrays that disagree with the sizes.
   describe_shape(p.q_shape, q);
@@ -365,7 +376,8 @@ void boxed_fwd(StableIValue* stack, uint64_t /*num_args*/, uint64_t /*num_output
       arg<OptionalTensor>(stack, 7), arg<OptionalTensor>(stack, 8), arg<OptionalTensor>(stack, 9),
       arg<OptionalTensor>(stack, 10), arg<OptionalTensor>(stack, 11), arg<OptionalTensor>(stack, 12),
       arg<int64_t>(stack, 13), arg<int64_t>(stack, 14), arg<double>(stack, 15), arg<bool>(stack, 16),
-      arg<int64_t>(stack, 17), arg<int64_t>(stack, 18), arg<int64_t>(stack, 19));
+      arg<int64_t>(stack, 17), arg<int64_t>(stack, 18), arg<int64_t>(stack, 19), arg<OptionalTensor>(stack, 20),
+      arg<double>(stack, 21));
 }
 
 }  // namespace
@@ -383,7 +395,7 @@ STABLE_TORCH_LIBRARY(fp8attn, m) {
       "fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, Tensor? cu_seqlens_q, "
       "Tensor? cu_seqlens_k, Tensor? seqused_k, Tensor? block_table, Tensor? q_descale, Tensor? k_descale, "
       "Tensor? v_descale, Tensor? sink, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
-      "int window_left, int window_right, int num_splits) -> ()");
+      "int window_left, int window_right, int num_splits, Tensor? output_scale, float softcap) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(fp8attn, CUDA, m) { m.impl("fwd", &boxed_fwd); }

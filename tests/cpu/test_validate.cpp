@@ -198,6 +198,8 @@ TEST(CApi, ParamsInitDefaults) {
   }
   EXPECT_EQ(p.softmax_scale, 0.0f);
   EXPECT_EQ(p.softcap, 0.0f);
+  EXPECT_EQ(p.output_scale.ptr, nullptr);
+  EXPECT_EQ(p.output_scale.dtype, FP8ATTN_DTYPE_F32);
   EXPECT_EQ(p.num_splits, 0);
   EXPECT_EQ(p.workspace_bytes, 0u);
   EXPECT_EQ(fp8attn_fwd_params_size(), sizeof(fp8attn_fwd_params));
@@ -240,12 +242,35 @@ TEST(ValidateDevice, NoSmsRejected) {
 // Features fp8attn does not implement, and dtypes
 // ---------------------------------------------------------------------------------------------------
 
-TEST(ValidateFeatures, SoftcapRejected) {
+TEST(ValidateScalars, SoftcapZeroOrFinitePositive) {
   FwdParams p = dense();
-  p.softcap = 30.0f;
-  EXPECT_TRUE(Rejected(p, kUnsupported, {"softcap", "expected 0", "got 30"}));
+  p.softcap = 50.0f;
+  EXPECT_TRUE(Accepted(p));
+  p.softcap = -1.0f;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"softcap", "0 (off) or a finite value > 0", "got -1"}));
   p.softcap = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(Rejected(p, kUnsupported, {"softcap"}));
+  EXPECT_TRUE(Rejected(p, kInvalid, {"softcap", "got nan"}));
+  p.softcap = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(Rejected(p, kInvalid, {"softcap", "got inf"}));
+}
+
+TEST(ValidateOutputScale, E4M3OutNeedsAScalarScale) {
+  FwdParams p = dense();
+  p.out_dtype = FP8ATTN_DTYPE_E4M3;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"output_scale", "a 0-d float32 device tensor with a float8_e4m3fn out", "got NULL"}));
+  p.output_scale.ptr = static_cast<const float*>(fake(24));
+  EXPECT_TRUE(Accepted(p));
+  p.output_scale.dtype = FP8ATTN_DTYPE_BF16;
+  EXPECT_TRUE(Rejected(p, kUnsupported, {"output_scale", "float32", "got bfloat16"}));
+  p.output_scale.dtype = FP8ATTN_DTYPE_F32;
+  p.output_scale.ndim = 1;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"output_scale", "one scalar", "ndim 1"}));
+}
+
+TEST(ValidateOutputScale, OnlyWithAnE4M3Out) {
+  FwdParams p = dense();
+  p.output_scale.ptr = static_cast<const float*>(fake(24));
+  EXPECT_TRUE(Rejected(p, kInvalid, {"output_scale", "NULL unless out is float8_e4m3fn", "out dtype bfloat16"}));
 }
 
 TEST(ValidateFeatures, MlaQvRejected) {

@@ -28,6 +28,7 @@ namespace ref = fp8attn::ref;
 constexpr uint8_t kE4m3NaN = 0x7F;     // E4M3 S.1111.111: the byte every non-input q/k/v byte holds
 constexpr uint8_t kPoisonByte = 0xFF;  // out/lse/workspace fill: 0xFFFF is NaN in fp16 and bf16, 0xFFFFFFFF in fp32
 constexpr uint16_t kPoisonOut = 0xFFFF;
+constexpr uint8_t kPoisonOutE4M3 = 0xFF;  // -NaN in E4M3
 constexpr uint32_t kPoisonLse = 0xFFFFFFFF;
 
 // ---- The LSE bar ----------------------------------------------------------------------------------------
@@ -135,6 +136,14 @@ double ulp_bf16(double x) {
   int exponent = 0;
   std::frexp(x, &exponent);  // x = m * 2^exponent, m in [0.5, 1)
   return std::ldexp(1.0, exponent - 1 - 7);
+}
+
+// One ulp of E4M3 at magnitude x (3 mantissa bits; subnormals below 2^-6 are 2^-9 apart).
+double ulp_e4m3(double x) {
+  if (!(x >= std::ldexp(1.0, -6))) return std::ldexp(1.0, -9);
+  int exponent = 0;
+  std::frexp(x, &exponent);
+  return std::ldexp(1.0, exponent - 1 - 3);
 }
 
 // Rejects descriptions the harness cannot lay out, or that the API contract forbids, before any work.
@@ -348,6 +357,15 @@ const char* dtype_label(fp8attn_dtype dtype) {
   return "?";
 }
 
+std::string softcap_label(float softcap) {
+  if (softcap == 0.0f) return "";
+  std::ostringstream os;
+  os << "_softcap" << softcap;
+  std::string label = os.str();
+  std::replace(label.begin(), label.end(), '.', 'p');  // test names allow [A-Za-z0-9_] only
+  return label;
+}
+
 std::string Case::describe() const {
   std::ostringstream os;
   os << "batch=" << batch << " seqlens_q=" << join(seqlens_q) << " seqlens_k=" << join(seqlens_k)
@@ -358,7 +376,10 @@ std::string Case::describe() const {
   os << " spare_q_rows=" << spare_q_rows << " spare_k_rows=" << spare_k_rows << " extra_max_seqlen=" << extra_max_seqlen
      << " strided=" << strided << " causal=" << causal << " window=(" << window_left << "," << window_right << ")"
      << " descale(q,k,v)=" << descale_label(descale_q) << "," << descale_label(descale_k) << ","
-     << descale_label(descale_v) << " sink=" << sink_label(sink) << " out=" << dtype_label(out_dtype) << " lse=" << lse
+     << descale_label(descale_v) << " sink=" << sink_label(sink) << " softcap=" << softcap
+     << " out=" << dtype_label(out_dtype)
+     << (out_dtype == FP8ATTN_DTYPE_E4M3 ? " output_scale=" + std::to_string(output_scale) : "")
+     << " lse=" << lse
      << " num_splits=" << num_splits << " qk_std=" << qk_std << " v=N(" << v_mean << "," << v_std
      << "^2) seed=" << seed;
   return os.str();
@@ -382,15 +403,16 @@ struct Array {
 };
 
 struct Problem::Buffers {
-  Array q, kv, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale, sink;
+  Array q, kv, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale, sink,
+      output_scale;
   size_t k_offset = 0;  // bytes from the start of kv to k (a layer-interleaved cache's middle layer)
   size_t v_offset = 0;  // bytes from the start of kv to v
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 
   std::vector<Array*> arrays() {
-    return {&q,         &kv,          &out,       &lse,       &cu_seqlens_q, &cu_seqlens_k,
-            &seqused_k, &block_table, &q_descale, &k_descale, &v_descale,    &sink};
+    return {&q,         &kv,          &out,       &lse,       &cu_seqlens_q, &cu_seqlens_k, &seqused_k,
+            &block_table, &q_descale, &k_descale, &v_descale,    &sink,         &output_scale};
   }
 
   ~Buffers() {
@@ -426,6 +448,7 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
   p.causal = c.causal ? 1 : 0;
   p.window_left = c.window_left;
   p.window_right = c.window_right;
+  p.softcap = c.softcap;
   p.num_splits = c.num_splits;
 
   // ---- q, out, lse rows ----
@@ -433,8 +456,9 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
   for (int b = 0; b < batch; ++b) cu_q[b + 1] = cu_q[b] + c.seqlens_q[b];
   p.q_head_stride = d + 16 * pad;
   p.q_row_stride = hq * p.q_head_stride + 32 * pad;
-  p.o_head_stride = dv + 8 * pad;
-  p.o_row_stride = hq * p.o_head_stride + 8 * pad;
+  // out pads by 16 elements: 16-byte strides for an E4M3 out too (set_out_dtype keeps the layout).
+  p.o_head_stride = dv + 16 * pad;
+  p.o_row_stride = hq * p.o_head_stride + 16 * pad;
   int64_t q_elems = 0, out_elems = 0, lse_elems = 0;
   if (c.varlen_q) {
     p.total_q = cu_q[batch] + c.spare_q_rows;
@@ -449,7 +473,7 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
     // Batch strides stay nonzero without rows too: a zero stride on a written tensor is refused as aliasing.
     const int64_t rows = std::max(p.seqlen_q, 1);
     p.q_batch_stride = rows * p.q_row_stride + 64 * pad;
-    p.o_batch_stride = rows * p.o_row_stride + 8 * pad;
+    p.o_batch_stride = rows * p.o_row_stride + 16 * pad;
     q_elems = batch * p.q_batch_stride;
     out_elems = batch * p.o_batch_stride;
     p.lse_head_stride = rows + 4 * pad;
@@ -624,6 +648,25 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
   make_descale(c.descale_k, &buf.k_descale, &p.k_descale);
   make_descale(c.descale_v, &buf.v_descale, &p.v_descale);
 
+  // ---- the E4M3 out's scale: given, or max|v| * max v_descale / 448 (O is a convex combination of v rows) ----
+  output_scale_ = c.output_scale;
+  if (!(output_scale_ > 0)) {
+    float v_max = 0, descale_max = 1;
+    for (size_t i = buf.v_offset; i < buf.kv.host.size(); ++i) {
+      const float x = ref::e4m3_to_float(buf.kv.host[i]);
+      if (std::isfinite(x)) v_max = std::max(v_max, std::fabs(x));
+    }
+    for (size_t i = 0; i + sizeof(float) <= buf.v_descale.host.size(); i += sizeof(float)) {
+      float x;
+      std::memcpy(&x, &buf.v_descale.host[i], sizeof(float));
+      descale_max = i == 0 ? x : std::max(descale_max, x);
+    }
+    output_scale_ = v_max > 0 ? v_max * descale_max / 448.0f : 1.0f;
+  }
+  buf.output_scale.assign(std::vector<float>{output_scale_});
+  p.output_scale.dtype = FP8ATTN_DTYPE_F32;
+  p.output_scale.ndim = 0;
+
   // ---- sink logits, in the range of the scaled scores so that they matter ----
   if (c.sink != SinkType::kNone) {
     std::vector<float> logits(hq);
@@ -701,6 +744,8 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
     params->k_descale.ptr = static_cast<const float*>(buf.k_descale.address(on_device));
     params->v_descale.ptr = static_cast<const float*>(buf.v_descale.address(on_device));
     params->sink = buf.sink.address(on_device);
+    const bool e4m3_out = params->out_dtype == FP8ATTN_DTYPE_E4M3;
+    params->output_scale.ptr = e4m3_out ? static_cast<const float*>(buf.output_scale.address(on_device)) : nullptr;
   };
   device_params_ = host_params_;
   bind(&host_params_, false);
@@ -731,6 +776,9 @@ void Problem::set_out_dtype(fp8attn_dtype dtype) {
   case_.out_dtype = dtype;
   host_params_.out_dtype = dtype;
   device_params_.out_dtype = dtype;
+  const bool e4m3 = dtype == FP8ATTN_DTYPE_E4M3;
+  host_params_.output_scale.ptr = e4m3 ? static_cast<const float*>(buffers_->output_scale.address(false)) : nullptr;
+  device_params_.output_scale.ptr = e4m3 ? static_cast<const float*>(buffers_->output_scale.address(true)) : nullptr;
 }
 
 void Problem::poison(cudaStream_t stream) const {
@@ -794,17 +842,32 @@ void Problem::compute_references() {
   have_references_ = true;
 }
 
-Metrics Problem::check(const Output& output) {
+Metrics Problem::check(const Output& output, const Output* eager) {
   compute_references();
   const Case& c = case_;
   const fp8attn_fwd_params& p = host_params_;
   const int hq = c.heads_q, dv = c.head_dim_v;
-  const int64_t out_elems = static_cast<int64_t>(output.out.size() / 2);
+  const bool e4m3 = c.out_dtype == FP8ATTN_DTYPE_E4M3;
+  if (e4m3 && eager == nullptr) throw std::runtime_error("check: an E4M3 out is judged against the bf16 out (eager)");
+  const int out_bytes = e4m3 ? 1 : 2;
+  const uint16_t poison_out = e4m3 ? kPoisonOutE4M3 : kPoisonOut;
+  const int64_t out_elems = static_cast<int64_t>(output.out.size() / out_bytes);
   const int64_t lse_elems = static_cast<int64_t>(output.lse.size() / 4);
-  auto out_bits = [&](int64_t i) {
+  auto out_bits = [&](int64_t i) -> uint16_t {
+    if (e4m3) return output.out[i];
     uint16_t bits;
     std::memcpy(&bits, &output.out[2 * i], 2);
     return bits;
+  };
+  // E4M3(x / output_scale), dequantized: the static quantization a perfect kernel would apply.
+  const double scale = output_scale_;
+  auto quantized = [&](double x) {
+    return ref::e4m3_to_float(ref::float_to_e4m3(static_cast<float>(x / scale))) * scale;
+  };
+  auto eager_value = [&](int64_t i) -> double {
+    uint16_t bits;
+    std::memcpy(&bits, &eager->out[2 * i], 2);
+    return quantized(ref::bf16_to_float(bits));
   };
   auto lse_bits = [&](int64_t i) {
     uint32_t bits;
@@ -813,6 +876,7 @@ Metrics Problem::check(const Output& output) {
   };
   auto out_value = [&](int64_t i) -> double {
     const uint16_t bits = out_bits(i);
+    if (e4m3) return ref::e4m3_to_float(static_cast<uint8_t>(bits)) * scale;
     return c.out_dtype == FP8ATTN_DTYPE_F16 ? ref::f16_to_float(bits) : ref::bf16_to_float(bits);
   };
   auto lse_value = [&](int64_t i) -> double {
@@ -838,6 +902,13 @@ Metrics Problem::check(const Output& output) {
   std::vector<LseRow> lse_rows;
   double sum_sq_err = 0, sum_sq_emul_err = 0, sum_sq_exact = 0;
   double sum_out = 0, sum_emul = 0, sum_exact = 0;  // for the mean ratios
+  // E4M3 out: max|Q(eager) - Q(exact)|, and the worst |out - Q(exact)| - ulp(Q(exact)) (judged against 2x the first).
+  double eager_max_err = 0, e4m3_max_err = 0;
+  struct WorstE4M3 {
+    double excess = -std::numeric_limits<double>::infinity();
+    int b = 0, r = 0, h = 0, col = 0;
+    double out = 0, quantized_exact = 0, eager = 0;
+  } worst_e4m3;
 
   for (int b = 0; b < c.batch; ++b) {
     for (int r = 0; r < c.seqlens_q[b]; ++r) {
@@ -868,6 +939,13 @@ Metrics Problem::check(const Output& output) {
           sum_sq_err += err * err;
           sum_out += value;
           if (err > worst.err) worst = {err, b, r, h, col, value, exact, emulation};
+          if (e4m3) {
+            const double q_exact = quantized(exact), q_eager = eager_value(i);
+            eager_max_err = std::max(eager_max_err, std::fabs(q_eager - q_exact));
+            e4m3_max_err = std::max(e4m3_max_err, std::fabs(value - q_exact));
+            const double excess = std::fabs(value - q_exact) - ulp_e4m3(std::fabs(q_exact) / scale) * scale;
+            if (excess > worst_e4m3.excess) worst_e4m3 = {excess, b, r, h, col, value, q_exact, q_eager};
+          }
         }
         if (!c.lse) continue;
         const int64_t li =
@@ -891,6 +969,11 @@ Metrics Problem::check(const Output& output) {
   }
   m.max_abs_err = std::max(worst.err, 0.0);
   m.bound = 2 * m.emul_max_abs_err + 2 * ulp_bf16(m.max_abs_exact);
+  const double e4m3_bound = 2 * eager_max_err;  // plus one ulp per element (above)
+  if (e4m3) {  // reported as the E4M3 bar (at the largest element's ulp); judged per element below
+    m.max_abs_err = e4m3_max_err;
+    m.bound = e4m3_bound + ulp_e4m3(m.max_abs_exact / scale) * scale;
+  }
   // The LSE bar, row by row (see "The LSE bar" at the top of this file).
   const double lse_common_bound = 2 * m.emul_lse_max_abs_err + kLseAbsoluteSlack;
   auto lse_row_bound = [&](const LseRow& row) {
@@ -918,7 +1001,7 @@ Metrics Problem::check(const Output& output) {
   // Everything outside the valid rows (varlen padding rows, stride gaps) must still hold the poison.
   std::ostringstream first_stray;
   for (int64_t i = 0; i < out_elems; ++i) {
-    if (out_expected[i] || out_bits(i) == kPoisonOut) continue;
+    if (out_expected[i] || out_bits(i) == poison_out) continue;
     if (m.stray_writes++ > 0) continue;
     int64_t rest = i;
     const int64_t b = c.varlen_q ? 0 : rest / p.o_batch_stride;
@@ -939,7 +1022,7 @@ Metrics Problem::check(const Output& output) {
                 << rest / p.lse_head_stride << ", token " << rest % p.lse_head_stride << ": " << lse_value(i);
   }
 
-  const bool out_ok = m.nonfinite == 0 && m.max_abs_err <= m.bound;
+  const bool out_ok = m.nonfinite == 0 && (e4m3 ? worst_e4m3.excess <= e4m3_bound : m.max_abs_err <= m.bound);
   const bool lse_ok = !c.lse || (m.lse_mismatches == 0 && m.lse_rows_over_bound == 0);
   m.passed = out_ok && lse_ok && m.stray_writes == 0;
   if (m.passed) return m;
@@ -951,7 +1034,14 @@ Metrics Problem::check(const Output& output) {
   if (m.stray_writes)
     f << m.stray_writes
       << " elements written outside valid rows (padding rows / stride gaps); first: " << first_stray.str() << "\n";
-  if (worst.err >= 0) {
+  if (e4m3 && worst.err >= 0) {
+    const bool over = !(worst_e4m3.excess <= e4m3_bound);
+    f << (over ? "E4M3 BAR EXCEEDED: " : "") << "max(|out - Q(exact)| - ulp) = " << worst_e4m3.excess
+      << (over ? " > " : " <= ") << "2 * max|Q(eager) - Q(exact)| = " << e4m3_bound << " (output_scale " << scale
+      << ")\n  worst at batch " << worst_e4m3.b << ", row " << worst_e4m3.r << ", head " << worst_e4m3.h << ", col "
+      << worst_e4m3.col << ": out=" << worst_e4m3.out << " Q(exact)=" << worst_e4m3.quantized_exact
+      << " Q(eager)=" << worst_e4m3.eager << "\n";
+  } else if (worst.err >= 0) {
     f << (m.max_abs_err <= m.bound ? "" : "ERROR BAR EXCEEDED: ") << "max|out - exact| = " << m.max_abs_err
       << (m.max_abs_err <= m.bound ? " <= " : " > ") << "bound " << m.bound << " (= 2*" << m.emul_max_abs_err
       << " + 2 ulp_bf16(" << m.max_abs_exact << "))\n  worst at batch " << worst.b << ", row " << worst.r << ", head "
@@ -1025,14 +1115,37 @@ std::string dev_build_skip(const fp8attn::Status& status, int head_dim, int head
          ") are not compiled (FP8ATTN_HEAD_DIMS subset; a full build runs this test): " + status.message();
 }
 
+fp8attn::Status Problem::run_and_check(Metrics* metrics, cudaStream_t stream) {
+  const bool e4m3 = case_.out_dtype == FP8ATTN_DTYPE_E4M3;
+  if (!e4m3) {
+    const fp8attn::Status status = run(stream);
+    if (status.ok()) *metrics = check(download(stream));
+    return status;
+  }
+  set_out_dtype(FP8ATTN_DTYPE_BF16);
+  fp8attn::Status status = run(stream);
+  const Output eager = status.ok() ? download(stream) : Output{};
+  const Metrics eager_metrics = status.ok() ? check(eager) : Metrics{};
+  set_out_dtype(FP8ATTN_DTYPE_E4M3);
+  if (!status.ok()) return status;
+  if (!eager_metrics.passed) {
+    *metrics = eager_metrics;
+    metrics->failure = "the bf16 out of an E4M3 case (its eager path): " + metrics->failure;
+    return status;
+  }
+  status = run(stream);
+  if (status.ok()) *metrics = check(download(stream), &eager);
+  return status;
+}
+
 void expect_case_passes(const Case& c, Metrics* metrics) {
   Problem problem(c);
-  const fp8attn::Status status = problem.run();
+  Metrics m;
+  const fp8attn::Status status = problem.run_and_check(&m);
   const std::string skip = dev_build_skip(status, c.head_dim, c.head_dim_v);
   if (!skip.empty()) GTEST_SKIP() << skip;
   ASSERT_TRUE(status.ok()) << "fp8attn::fwd returned " << static_cast<int>(status.code()) << ": " << status.message()
                            << "\n  case: " << c.describe();
-  const Metrics m = problem.check(problem.download());
   std::printf(
       "[  metrics ] max_err %.3g <= %.3g (%.0f%% of the bar)  rel_rms %.3f%% (emulation %.3f%%)  lse_err %.2g "
       "(worst row at %.0f%% of its bar)\n",

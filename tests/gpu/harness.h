@@ -99,7 +99,12 @@ struct Case {
   DescaleForm descale_k = DescaleForm::kNone;
   DescaleForm descale_v = DescaleForm::kNone;
   SinkType sink = SinkType::kNone;
+  float softcap = 0.0f;  // > 0: logits capped to softcap * tanh(l / softcap)
+  // F16, BF16 or E4M3. E4M3 runs the same call with a bf16 out first (the eager path: bf16 out, then the same
+  // static quantization) and is judged against it (Problem::check).
   fp8attn_dtype out_dtype = FP8ATTN_DTYPE_BF16;
+  // E4M3 out: output_scale; 0 = derived from the inputs, max|v| * max v_descale / 448, so that nothing saturates.
+  float output_scale = 0.0f;
   bool lse = true;
   int num_splits = 0;  // 0: the library's heuristic
   // num_splits >= 2: exactly that many splits, through the library's internal launch with its planned config
@@ -175,7 +180,14 @@ class Problem {
   // Copies out and lse back on `stream` and waits for that stream only.
   Output download(cudaStream_t stream = nullptr) const;
   // docs/accuracy.md: against the fp64 reference and the kernel-precision emulation (computed on first use).
-  Metrics check(const Output& output);
+  // An E4M3 out is judged against Q(exact) = E4M3(exact / output_scale), dequantized: per element
+  // |out - Q(exact)| <= 2 * max|Q(eager) - Q(exact)| + 1 E4M3 ulp of Q(exact), where Q(eager) quantizes the bf16
+  // output of the same call (`eager`, required then) with the same scale.
+  Metrics check(const Output& output, const Output* eager = nullptr);
+  // run(), download() and check(), on `stream`. An E4M3 out first runs the same call with a bf16 out, which must
+  // pass on its own (else its metrics are returned) and is check()'s eager path. A failed launch returns its
+  // status and leaves `metrics` alone.
+  fp8attn::Status run_and_check(Metrics* metrics, cudaStream_t stream = nullptr);
   // True when every out/lse byte still holds the poison (nothing was written).
   static bool untouched(const Output& output);
 
@@ -190,6 +202,7 @@ class Problem {
   bool exact_splits_ = false;  // launch exact_split_config_ (Case::splits_exact)
   fp8attn::KernelConfig exact_split_config_{};
   bool have_references_ = false;
+  float output_scale_ = 1.0f;  // the E4M3 out's scale (Case::output_scale)
   fp8attn::ref::Result exact_;
   fp8attn::ref::Result emulation_;
   std::vector<double> score_magnitude_;  // M_row of the LSE bar, laid out as Result::lse (only with an LSE)
@@ -212,6 +225,8 @@ std::string dev_build_skip(const fp8attn::Status& status, int head_dim, int head
 
 // "f16" / "bf16" and so on, for test names and messages.
 const char* dtype_label(fp8attn_dtype dtype);
+// "" for no softcap, else "_softcap<value>" (whole values: "_softcap50"), for test names.
+std::string softcap_label(float softcap);
 
 // Throws std::runtime_error naming `what` and the CUDA error when err is not cudaSuccess.
 void check_cuda(cudaError_t err, const char* what);

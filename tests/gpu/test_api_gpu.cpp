@@ -56,7 +56,15 @@ struct BadCall {
 };
 
 const BadCall kBadCalls[] = {
-    {"softcap", [](fp8attn_fwd_params* p) { p->softcap = 30.0f; }, {StatusCode::kNotSupported}, "softcap"},
+    {"softcap_negative", [](fp8attn_fwd_params* p) { p->softcap = -30.0f; }, {StatusCode::kInvalidArgument}, "softcap"},
+    {"e4m3_out_without_output_scale",
+     [](fp8attn_fwd_params* p) { p->out_dtype = FP8ATTN_DTYPE_E4M3; },
+     {StatusCode::kInvalidArgument},
+     "output_scale"},
+    {"output_scale_with_bf16_out",
+     [](fp8attn_fwd_params* p) { p->output_scale.ptr = static_cast<const float*>(p->q); },
+     {StatusCode::kInvalidArgument},
+     "output_scale"},
     {"qv", [](fp8attn_fwd_params* p) { p->qv = p->q; }, {StatusCode::kNotSupported}, "qv"},
     {"block_sparsity",
      [](fp8attn_fwd_params* p) { p->block_sparsity = p->q; },

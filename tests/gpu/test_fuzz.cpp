@@ -5,7 +5,7 @@
 // printed; FP8ATTN_FUZZ_SEED fixes it, and FP8ATTN_FUZZ_ONLY=i replays configuration i of that seed alone.
 // The draw spans every layout (dense, dense + seqused_k, varlen, varlen q over dense K, paged with every page
 // size 16..256 under varlen or dense q), decode and prefill lengths including 0 and 1, MHA/GQA/MQA, masks
-// (none, causal, window, causal + window), sinks, every descale form, split counts, both output dtypes,
+// (none, causal, window, causal + window), sinks, every descale form, split counts, fp16/bf16 outputs,
 // strided views, padding rows and loose max_seqlen bounds, and every head-dim pair this build compiled.
 // Sizes are bounded so that the fp64 CPU reference (the cost) keeps 500 configurations well under a minute.
 //
@@ -14,8 +14,10 @@
 // chunks of 100-1500 rows, usually after earlier context (random_mixed_case), with num_splits 0, 1 or 2..64.
 // Independently, about a third of all configurations store K and V as vLLM 0.34's cache does: the two halves
 // of each cache row (V = K + d bytes), in HND or NHD order, sometimes inside a layer-interleaved buffer
-// (harness.h KvRows, kv_layers). Both choices come from streams of their own, so the rest of a configuration i
-// of a seed is what it was without them.
+// (harness.h KvRows, kv_layers). Also independently: a quarter write an E4M3 out (output_scale, judged against
+// the same call's bf16 out quantized alike) and a fifth cap the logits (softcap 50, Gemma-2's, or 2, where tanh
+// is far from linear). These choices come from streams of their own, so the rest of a configuration i of a seed is
+// what it was without them.
 //
 // A failure prints the configuration and the command that replays it; the run ends with one line
 //   fuzz: N configurations, seed S, F failed
@@ -54,6 +56,10 @@ constexpr double kRowHalvesShare = 0.3;
 // Streams of the draws that decide a configuration's kind and its K/V rows, apart from random_case's.
 constexpr uint64_t kMixedStream = 0x6D697865642D6B76ull;
 constexpr uint64_t kRowsStream = 0x726F772D68616C66ull;
+// Shares and stream of the E4M3 out and the softcap.
+constexpr double kE4M3OutShare = 0.25;
+constexpr double kSoftcapShare = 0.2;
+constexpr uint64_t kOutputStream = 0x6F75742D63617073ull;
 
 uint64_t env_u64(const char* name, uint64_t fallback) {
   const char* value = std::getenv(name);
@@ -358,6 +364,9 @@ Case fuzz_case(uint64_t seed, int index) {
     c.kv_rows = rows.chance(0.5) ? KvRows::kRowHalvesHnd : KvRows::kRowHalvesNhd;
     c.kv_layers = rows.pick({1, 1, 2, 3});
   }
+  Draw output(mix(mix(seed ^ kOutputStream) ^ mix(static_cast<uint64_t>(index))));
+  if (output.chance(kE4M3OutShare)) { c.out_dtype = FP8ATTN_DTYPE_E4M3; }
+  if (output.chance(kSoftcapShare)) { c.softcap = output.pick({50.0f, 2.0f}); }
   return c;
 }
 
@@ -384,12 +393,12 @@ TEST(Fuzz, RandomConfigurationsMatchTheReference) {
     bool context_lost = false;
     try {
       Problem problem(c);
-      const fp8attn::Status status = problem.run();
+      Metrics m;
+      const fp8attn::Status status = problem.run_and_check(&m);
       if (!status.ok()) {
         failure = "fp8attn::fwd returned " + std::to_string(static_cast<int>(status.code())) + ": " + status.message();
-      } else {
-        const Metrics m = problem.check(problem.download());
-        if (!m.passed) failure = m.failure;
+      } else if (!m.passed) {
+        failure = m.failure;
       }
     } catch (const std::exception& e) {
       failure = std::string("exception: ") + e.what();

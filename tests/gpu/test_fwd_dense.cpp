@@ -8,7 +8,8 @@
 // also meets every head layout and the others appear in every combination many times:
 //   head layout    (mask + length pair + layout) % 3: every head dim, mask, length pair meets MHA, GQA, MQA
 //   descale forms  q, k and v each cycle through the five forms at different rates
-//   sink, out      sink on every other run of 5 cases; fp16/bf16 every other run of 10
+//   sink, out      sink on every other run of 5 cases; bf16 / fp16 / E4M3 (with output_scale) by runs of 10
+//   softcap        50 in one case of 11, 2 (far from linear) in another
 //   strided        one case in 3: padded strides and K/V as views of one interleaved cache
 //   lse            off in one case of 7
 //   seqused_k      one dense and one varlen case in 4: keys past each sequence's length are NaN
@@ -77,7 +78,9 @@ std::vector<NamedCase> matrix_cases() {
           c.descale_k = kDescaleForms[(i + 1 + i / 5) % 5];
           c.descale_v = kDescaleForms[(i + 3 + i / 25) % 5];
           c.sink = (i / 5) % 2 ? SinkType::kF32 : SinkType::kNone;
-          c.out_dtype = (i / 10) % 2 ? FP8ATTN_DTYPE_F16 : FP8ATTN_DTYPE_BF16;
+          const int out_i = (i / 10) % 3;
+          c.out_dtype = out_i == 2 ? FP8ATTN_DTYPE_E4M3 : out_i == 1 ? FP8ATTN_DTYPE_F16 : FP8ATTN_DTYPE_BF16;
+          c.softcap = i % 11 == 3 ? 50.0f : i % 11 == 8 ? 2.0f : 0.0f;
           c.strided = i % 3 == 1;
           c.lse = i % 7 != 6;
           c.seed = 1000 + i;
@@ -108,7 +111,8 @@ std::vector<NamedCase> matrix_cases() {
           std::string name = head_dims_label(hd) + "_" + mask.name + "_" + heads.name + "_q" + std::to_string(len.q) +
                              "_k" + std::to_string(len.k) + (varlen ? "_varlen" : "_dense") +
                              (with_seqused ? "_seqused" : "") + (c.strided ? "_strided" : "") +
-                             (c.sink != SinkType::kNone ? "_sink" : "") + "_" + dtype_label(c.out_dtype);
+                             (c.sink != SinkType::kNone ? "_sink" : "") + softcap_label(c.softcap) + "_" +
+                             dtype_label(c.out_dtype);
           cases.push_back({name, c});
         }
       }
@@ -349,6 +353,52 @@ std::vector<NamedCase> edge_cases() {
   return cases;
 }
 
+// Softcap and the FP8 output where the matrix does not go: long rows, saturation, splits.
+std::vector<NamedCase> softcap_and_fp8_out_cases() {
+  std::vector<NamedCase> cases;
+  uint64_t seed = 8000;
+  {  // Gemma-2's softcap 50 over 32k keys (SPEC's long rows): the capped logits' small errors add up over the row.
+    Case c = base_case(128, 128, 4, 2, seed++);
+    set_dense(&c, 1, 16, 32768);
+    c.softcap = 50.0f;
+    c.qk_std = 3.5f;  // logits ~ N(0, 12^2): the row maxima, ~50, deep in tanh's curve
+    cases.push_back({"softcap50_32k_keys", c});
+  }
+  {  // A small cap on a causal prefill with descales: every logit deep in tanh's curve.
+    Case c = base_case(256, 256, 4, 4, seed++);
+    set_varlen(&c, {300, 129}, {300, 1000}, KvLayout::kVarlen);
+    c.causal = true;
+    c.softcap = 1.0f;
+    c.descale_q = c.descale_k = c.descale_v = DescaleForm::kPerBatchHead;
+    cases.push_back({"softcap1_d256_causal_varlen", c});
+  }
+  {  // E4M3 out at a scale 16x too small: |O| / scale passes 448 and saturates (as the reference's quantization).
+    Case c = base_case(128, 128, 4, 4, seed++);
+    set_dense(&c, 2, 100, 300);
+    c.out_dtype = FP8ATTN_DTYPE_E4M3;
+    c.output_scale = 1.0f / 448 / 16;
+    c.v_mean = 0.5f;
+    cases.push_back({"e4m3_out_saturating", c});
+  }
+  {  // E4M3 out through the split-KV combine, with a sink and a softcap, 64-row decode kernel.
+    Case c = base_case(64, 64, 8, 2, seed++);
+    set_varlen(&c, {1, 3, 1}, {4000, 2500, 7}, KvLayout::kDense);
+    c.num_splits = 7;
+    c.sink = SinkType::kBF16;
+    c.softcap = 50.0f;
+    c.out_dtype = FP8ATTN_DTYPE_E4M3;
+    cases.push_back({"e4m3_out_splits_sink_softcap_decode", c});
+  }
+  {  // E4M3 out from the staged 128-row epilogue at d256 (two passes) with strided out.
+    Case c = base_case(256, 256, 2, 2, seed++);
+    set_dense(&c, 1, 300, 500);
+    c.strided = true;
+    c.out_dtype = FP8ATTN_DTYPE_E4M3;
+    cases.push_back({"e4m3_out_staged_d256_strided", c});
+  }
+  return cases;
+}
+
 std::vector<NamedCase> paged_cases() {
   std::vector<NamedCase> cases;
   uint64_t seed = 7000;
@@ -386,14 +436,17 @@ std::vector<NamedCase> paged_cases() {
 class FwdMatrix : public NamedCaseTest {};
 class FwdEdgeCases : public NamedCaseTest {};
 class FwdPagedSmoke : public NamedCaseTest {};
+class FwdSoftcapAndFp8Out : public NamedCaseTest {};
 
 TEST_P(FwdMatrix, MatchesReference) { Check(); }
 TEST_P(FwdEdgeCases, MatchesReference) { Check(); }
 TEST_P(FwdPagedSmoke, MatchesReference) { Check(); }
+TEST_P(FwdSoftcapAndFp8Out, MatchesReference) { Check(); }
 
 INSTANTIATE_TEST_SUITE_P(Fwd, FwdMatrix, ::testing::ValuesIn(matrix_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Fwd, FwdEdgeCases, ::testing::ValuesIn(edge_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Fwd, FwdPagedSmoke, ::testing::ValuesIn(paged_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Fwd, FwdSoftcapAndFp8Out, ::testing::ValuesIn(softcap_and_fp8_out_cases()), case_name);
 
 }  // namespace
 }  // namespace fp8attn_test

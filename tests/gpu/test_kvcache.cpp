@@ -22,7 +22,8 @@
 //                CUDA-graph padding) in two cases of three, else dense q [batch, 1, ...] (flash_attn_with_kvcache);
 //                half of the dense-q decode cases pass max_seqlen_k = 8192 as a graph-style bound
 //   descales     q, k and v each cycle through none / scalar / (B,Hkv) / stride (0,0) / stride (0,1)
-//   sink         none / f32 / bf16;  out fp16 / bf16;  LSE off in one case of 7
+//   sink         none / f32 / bf16;  out bf16 / fp16 / E4M3 (output_scale, through the split combine too);
+//                softcap 50 in one case of 9;  LSE off in one case of 7
 //   strided      one case in 4: K/V as views of one interleaved cache [pages, 2, page, Hkv, d+pad], padded
 //                q/out/lse strides and a column-sliced block table (row stride > width). The unstrided paged
 //                layout is vLLM's own cache [2, num_pages, page, Hkv, d] (K then V, unpadded).
@@ -141,7 +142,9 @@ std::vector<NamedCase> matrix_cases() {
           c.descale_k = kDescaleForms[(i + 1 + i / 5) % 5];
           c.descale_v = kDescaleForms[(i + 3 + i / 25) % 5];
           c.sink = kSinks[(i / 3) % 3];
-          c.out_dtype = (i / 2) % 2 ? FP8ATTN_DTYPE_F16 : FP8ATTN_DTYPE_BF16;
+          const int out_i = (i / 2) % 3;
+          c.out_dtype = out_i == 2 ? FP8ATTN_DTYPE_E4M3 : out_i == 1 ? FP8ATTN_DTYPE_F16 : FP8ATTN_DTYPE_BF16;
+          c.softcap = i % 9 == 4 ? 50.0f : 0.0f;
           c.strided = i % 4 == 1;
           c.lse = i % 7 != 5;
           c.seed = 20000 + i;
@@ -184,7 +187,8 @@ std::vector<NamedCase> matrix_cases() {
                              "_" + batch_kind_label(kind) + prefill + "_" + mask.name + "_" + heads.name +
                              (very_long ? "_k20000" : long_request ? "_k4097" : "") + (dense_q ? "_denseq" : "") +
                              (c.extra_max_seqlen > 0 ? "_maxk8192" : "") + (c.strided ? "_strided" : "") +
-                             sink_label(c.sink) + "_" + dtype_label(c.out_dtype) + (c.lse ? "" : "_nolse");
+                             sink_label(c.sink) + softcap_label(c.softcap) + "_" + dtype_label(c.out_dtype) +
+                             (c.lse ? "" : "_nolse");
           cases.push_back({name, c});
         }
       }

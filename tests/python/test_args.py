@@ -10,14 +10,11 @@ from fp8attn import _args
 
 
 def test_accepts_vllm_defaults() -> None:
-    _args.reject_unsupported(dropout_p=0.0, softcap=0.0, alibi_slopes=None, q_v=None, return_attn_probs=False,
-                             cp_world_size=1)
-    _args.reject_unsupported(softcap=None)
+    _args.reject_unsupported(dropout_p=0.0, alibi_slopes=None, q_v=None, return_attn_probs=False, cp_world_size=1)
 
 
 @pytest.mark.parametrize("kwargs,word", [
     ({"dropout_p": 0.1}, "dropout"),
-    ({"softcap": 30.0}, "softcap"),
     ({"alibi_slopes": object()}, "alibi"),
     ({"q_v": object()}, "q_v"),
     ({"return_attn_probs": True}, "return_attn_probs"),

@@ -614,3 +614,78 @@ def test_vllm_sink_padded_with_neg_inf(sink_dtype: Any, pattern: str, num_splits
     heads = neg.nonzero().flatten()
     assert torch.equal(out[:, heads], plain_out[:, heads]), f"{what}: a -inf sink head differs from no sink (out)"
     assert torch.equal(lse[heads], plain_lse[heads]), f"{what}: a -inf sink head differs from no sink (lse)"
+
+
+# ---- FP8 output (output_scale) and softcap through the Python API (the C++ suite holds their error bars) ----
+
+def e4m3_ulp(x: "torch.Tensor") -> "torch.Tensor":
+    """One E4M3 ulp at |x| (3 mantissa bits; 2^-9 below the smallest normal 2^-6)."""
+    return torch.exp2(torch.floor(torch.log2(x.abs().float().clamp(min=2.0 ** -6))) - 3)
+
+
+def assert_quantized_alike(fused: "torch.Tensor", bf16: "torch.Tensor", scale: "torch.Tensor", what: str) -> None:
+    """The fused E4M3 out is the bf16 out of the same call quantized with the same scale, up to one E4M3 ulp
+    (the bf16 rounding in between may move a value across an E4M3 rounding boundary)."""
+    assert fused.dtype == E4M3, what
+    expected = (bf16.float() / scale).clamp(-448, 448).to(E4M3).float()
+    got = fused.float()
+    assert torch.isfinite(got).all(), what
+    assert ((got - expected).abs() <= e4m3_ulp(expected)).all(), f"{what}: max diff {(got - expected).abs().max()}"
+
+
+@pytest.mark.parametrize("num_splits", [0, 1, 7])
+def test_fp8_output_paged_decode_every_entry_point(num_splits: int) -> None:
+    contexts, hq, hkv, d = [900, 3000, 17], 16, 2, 128
+    cache = make_paged_cache(contexts, hkv, d, table_width=256)
+    batch = len(contexts)
+    q = fp8_randn(batch, hq, d)
+    cu_q = cu_seqlens([1] * batch)
+    kwargs = dict(q=q, k=cache.k, v=cache.v, cu_seqlens_q=cu_q, max_seqlen_q=1, seqused_k=cache.seqused_k,
+                  max_seqlen_k=4096, block_table=cache.block_table, causal=True, num_splits=num_splits)
+    bf16 = run(lambda: fp8attn.flash_attn_varlen_func(**kwargs))
+    scale = bf16.float().abs().max() / 448
+    poisoned = torch.full((batch, hq, d), float("nan"), dtype=E4M3, device=CUDA)
+    fused = run(lambda: fp8attn.flash_attn_varlen_func(**kwargs, out=poisoned, output_scale=scale))
+    assert_quantized_alike(fused, bf16, scale, f"varlen, num_splits={num_splits}")
+    by_dtype = run(lambda: fp8attn.flash_attn_with_kvcache(q.unsqueeze(1), cache.k, cache.v,
+                                                           cache_seqlens=cache.seqused_k, block_table=cache.block_table,
+                                                           causal=True, num_splits=num_splits, out_dtype=E4M3,
+                                                           output_scale=scale))
+    assert_quantized_alike(by_dtype.squeeze(1), bf16, scale, f"kvcache, num_splits={num_splits}")
+
+
+def test_fp8_output_dense_prefill_and_named_errors() -> None:
+    q, k, v = fp8_randn(2, 300, 8, 256), fp8_randn(2, 500, 8, 256), fp8_randn(2, 500, 8, 256)
+    bf16 = run(lambda: fp8attn.flash_attn_func(q, k, v, causal=True))
+    scale = bf16.float().abs().max() / 448
+    fused = run(lambda: fp8attn.flash_attn_func(q, k, v, causal=True, out_dtype=E4M3, output_scale=scale))
+    assert_quantized_alike(fused, bf16, scale, "dense d256 (staged epilogue)")
+    with pytest.raises(ValueError, match="output_scale"):
+        fp8attn.flash_attn_func(q, k, v, out_dtype=E4M3)
+    with pytest.raises(ValueError, match="output_scale"):
+        fp8attn.flash_attn_func(q, k, v, output_scale=scale)
+    with pytest.raises(ValueError, match="output_scale"):
+        fp8attn.flash_attn_func(q, k, v, out_dtype=E4M3, output_scale=scale.to(torch.bfloat16))
+    with pytest.raises(ValueError, match="output_scale"):
+        fp8attn.flash_attn_func(q, k, v, out_dtype=E4M3, output_scale=torch.ones(2, 3, device=CUDA))
+
+
+@pytest.mark.parametrize("softcap", [50.0, 2.0])
+def test_softcap_against_fp64(softcap: float) -> None:
+    batch, seqlen, hq, hkv, d = 2, 200, 8, 2, 128
+    q = fp8_randn(batch, seqlen, hq, d, scale=6.0)  # logits ~ N(0, 6^2), up to ~20: tanh(l / 50) bends there
+    k, v = fp8_randn(batch, seqlen, hkv, d), fp8_randn(batch, seqlen, hkv, d)
+    out = run(lambda: fp8attn.flash_attn_func(q, k, v, causal=True, softcap=softcap))
+    plain = run(lambda: fp8attn.flash_attn_func(q, k, v, causal=True))
+    qd = q.double().transpose(1, 2)
+    kd = k.double().transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
+    vd = v.double().transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
+    logits = softcap * torch.tanh(qd @ kd.transpose(-1, -2) * d ** -0.5 / softcap)
+    mask = torch.ones(seqlen, seqlen, dtype=torch.bool, device=CUDA).tril()
+    exact = (torch.softmax(logits.masked_fill(~mask, -math.inf), dim=-1) @ vd).transpose(1, 2)
+    rel_rms = ((out.double() - exact).norm() / exact.norm()).item()
+    plain_rel_rms = ((plain.double() - exact).norm() / exact.norm()).item()
+    assert rel_rms < 0.02, f"softcap {softcap}: rel RMS {rel_rms:.4f} against fp64"
+    assert plain_rel_rms > 5 * rel_rms, f"softcap {softcap} changed too little ({plain_rel_rms:.4f} without it)"
+    with pytest.raises(ValueError, match="softcap"):
+        fp8attn.flash_attn_func(q, k, v, softcap=-1.0)

@@ -45,7 +45,8 @@ def op_args(a: dict[str, Any], lse: Any = None) -> tuple:
     """Positional arguments of torch.ops.fp8attn.fwd for the dict above."""
     return (a["q"], a["k"], a["v"], a["out"], lse, a["cu_seqlens_q"], None, a["seqused_k"], a["block_table"],
             a["q_descale"], a["k_descale"], a["v_descale"], a["s_aux"], a["max_seqlen_q"], a["max_seqlen_k"],
-            a["softmax_scale"], a["causal"], a["window_size"][0], a["window_size"][1], a["num_splits"])
+            a["softmax_scale"], a["causal"], a["window_size"][0], a["window_size"][1], a["num_splits"],
+            a.get("output_scale"), a.get("softcap", 0.0))
 
 
 @pytest.mark.parametrize("hnd", [False, True])
@@ -199,7 +200,6 @@ def test_interface_rejects_each_unsupported_keyword(keyword: str) -> None:
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [
-    ({"softcap": 30.0}, NotImplementedError, "softcap"),
     ({"dropout_p": 0.1}, NotImplementedError, "dropout"),
     ({"alibi_slopes": torch.empty(HQ)}, NotImplementedError, "alibi"),
     ({"return_attn_probs": True}, NotImplementedError, "return_attn_probs"),
@@ -245,3 +245,25 @@ def test_compile_fullgraph_traces_the_op() -> None:
     # And through AOT autograd's functionalization (what Inductor sees).
     out, lse = torch.compile(step, fullgraph=True, backend="aot_eager")(*args)
     assert out.shape == (T, HQ, D) and lse.dtype == torch.float32
+
+
+def test_fill_params_maps_output_scale_and_softcap() -> None:
+    a = vllm_decode_args("meta")
+    a["out"] = torch.empty(a["out"].shape, dtype=E4M3, device="meta")
+    a["output_scale"] = torch.empty((), device="meta")
+    a["softcap"] = 50.0
+    params = _lib.FwdParams()
+    ops.fill_params(params, *op_args(a))
+    assert params.out_dtype == _lib.DTYPE_E4M3
+    assert (params.output_scale.ndim, params.output_scale.dtype) == (0, _lib.DTYPE_F32)
+    assert params.softcap == 50.0
+    a["output_scale"] = torch.empty(2, 3, device="meta")  # not a scalar: a nonzero ndim, which the library refuses
+    ops.fill_params(params, *op_args(a))
+    assert params.output_scale.ndim == 2
+
+
+def test_e4m3_out_traces_on_meta() -> None:
+    a = vllm_decode_args("meta")
+    out = _vllm_call(a, out=torch.empty(a["out"].shape, dtype=E4M3, device="meta"),
+                     output_scale=torch.empty((), device="meta"), softcap=50.0)
+    assert out.dtype == E4M3 and out.shape == a["out"].shape

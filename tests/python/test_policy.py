@@ -44,7 +44,8 @@ def test_head_size_v_defaults_to_head_size() -> None:
     assert not use_fp8attn((9, 0), "fp8", 128, 192)
 
 
-@pytest.mark.parametrize("softcap,expected", [(0.0, True), (None, True), (0, True), (30.0, False), (50, False)])
+@pytest.mark.parametrize("softcap,expected", [(0.0, True), (None, True), (0, True), (30.0, True), (50, True),
+                                              (-1.0, False), (float("nan"), False), (float("inf"), False)])
 def test_softcap(softcap: object, expected: bool) -> None:
     assert use_fp8attn((9, 0), "fp8", 128, 128, softcap) is expected
 

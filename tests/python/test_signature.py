@@ -73,10 +73,10 @@ FP8ATTN_EXTRA: list[tuple[str, Any]] = [("out_dtype", None)]
 # Every vLLM keyword is one of: used by fp8attn, accepted and ignored (a hint), or rejected when set.
 USED = {"q", "k", "v", "max_seqlen_q", "cu_seqlens_q", "max_seqlen_k", "cu_seqlens_k", "seqused_k",
         "softmax_scale", "causal", "window_size", "block_table", "return_softmax_lse", "out", "q_descale",
-        "k_descale", "v_descale", "num_splits", "s_aux"}
+        "k_descale", "v_descale", "num_splits", "s_aux", "softcap", "output_scale"}
 IGNORED = {"scheduler_metadata", "fa_version", "deterministic", "cp_rank", "cp_tot_seqused_k"}
 # Rejected keywords that reject_unsupported takes by name, with a value that must be rejected.
-REJECTED_SCALARS = {"dropout_p": 0.1, "softcap": 30.0, "return_attn_probs": True, "cp_world_size": 2}
+REJECTED_SCALARS = {"dropout_p": 0.1, "return_attn_probs": True, "cp_world_size": 2}
 REJECTED = set(REJECTED_SCALARS) | set(_args.UNSUPPORTED_IF_SET)
 VLLM_DEFAULTS = dict(VLLM_034_VARLEN)
 
@@ -137,11 +137,6 @@ def test_each_unimplemented_keyword_set_is_rejected_by_name(name: str) -> None:
     value = REJECTED_SCALARS.get(name, object())
     with pytest.raises(NotImplementedError, match=rf"^fp8attn: .*\b{name}\b"):
         _args.reject_unsupported(**{name: value})
-
-
-def test_output_scale_is_rejected() -> None:
-    with pytest.raises(NotImplementedError, match="^fp8attn: output_scale is not supported"):
-        _args.reject_unsupported(output_scale=object())
 
 
 def test_reject_unsupported_refuses_an_unknown_keyword() -> None:
