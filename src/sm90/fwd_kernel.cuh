@@ -152,11 +152,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     clear(tOrO);
     if (has_work) {
       smem.barrier_q.wait(0);
-      if (args.softcap_tanh_scale != 0.f) {
-        MainloopMma<Traits>::template run<true>(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
-      } else {
-        MainloopMma<Traits>::template run<false>(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
-      }
+      MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
     }
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
     const TileCoord epilogue_tile = TileScheduler::tile_again(args, smem.scheduled_tile);  // == tile

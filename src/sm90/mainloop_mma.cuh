@@ -57,9 +57,6 @@ struct MainloopMma {
 
   // Runs the KV loop for one query tile; O is left unnormalised (scaled by 2^8 like the row sums).
   // mma_thread: 0 .. kNumMmaThreads-1. The range must not be empty.
-  // kSoftcap: the scores are capped (OnlineSoftmax::softcap) before the mask. A template parameter, so that the
-  // loop without it keeps its own schedule (docs/design.md, section 9).
-  template <bool kSoftcap>
   CUTE_DEVICE static void run(SharedStorage& smem, PipelineK& pipeline_k, PipelineVt& pipeline_vt,
                               const Mask<kBlockM, kBlockN>& mask, KvBlockRange range, int mma_thread,
                               OnlineSoftmax& softmax, FragmentO& tOrO) {
@@ -115,7 +112,7 @@ struct MainloopMma {
     // S -> P for one block: softcap (when on), mask (boundary blocks only), online softmax, FP8 conversion into PV
     // A order.
     auto scores_to_p = [&](int n_block, float (&rescale)[2]) {
-      if constexpr (kSoftcap) { softmax.softcap(tSrS); }
+      if (softmax.softcap_tanh_scale != 0.f) { softmax.softcap(tSrS); }
       if (mask.needs_mask(n_block)) {
         // Coordinates of tSrS, from the thread index read again: only boundary blocks need them, and held
         // through the loop they would take a register the MMA warpgroups do not have.
