@@ -207,6 +207,57 @@ TEST(Reference, EmulationKeepsSmallPThroughThe2To8Offset) {
   EXPECT_NEAR(lse_at(r, 0, 0), std::log(1.0 + std::exp(-10.0)), 1e-6);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Softcap: logits l -> c * tanh(l / c) before the softmax (Gemma-2)
+
+TEST(Reference, SoftcapCapsTheLogitsExactly) {
+  Shape s;
+  s.seqlen_k = 3;
+  s.d = 2;
+  s.dv = 2;
+  DenseInputs in(s);
+  in.q = {2, 1};
+  in.k = {4, 2, /* key 1 */ -1, 0.5f, /* key 2 */ 0.5f, 0.5f};  // q.k = 10, -1.5, 1.5
+  in.v = {1, -2, /* key 1 */ 4, 0.5f, /* key 2 */ -3, 2};
+  fp8attn_fwd_params p = in.params();
+  p.softmax_scale = 0.5f;  // logits 5, -0.75, 0.75
+  p.softcap = 2.0f;        // capped: 2 tanh(2.5), 2 tanh(-0.375), 2 tanh(0.375)
+  const Softmax expected = softmax_average({2 * std::tanh(2.5), 2 * std::tanh(-0.375), 2 * std::tanh(0.375)},
+                                           {{1, -2}, {4, 0.5}, {-3, 2}});
+  const Result r = run(p, Mode::kExact);
+  EXPECT_NEAR(out_at(r, 1, 2, 0, 0, 0), expected.out[0], 1e-12);
+  EXPECT_NEAR(out_at(r, 1, 2, 0, 0, 1), expected.out[1], 1e-12);
+  EXPECT_NEAR(lse_at(r, 0, 0), expected.lse, 1e-12);
+  // The emulation caps alike (its error is P's E4M3 rounding only), and the cap changes the answer.
+  const Result emulation = run(p, Mode::kEmulation);
+  EXPECT_NEAR(lse_at(emulation, 0, 0), expected.lse, 1e-5);
+  EXPECT_NEAR(out_at(emulation, 1, 2, 0, 0, 0), expected.out[0], 0.1);
+  p.softcap = 0.0f;
+  EXPECT_GT(std::fabs(out_at(run(p, Mode::kExact), 1, 2, 0, 0, 0) - expected.out[0]), 0.3);
+}
+
+TEST(Reference, SoftcapAppliesToScaledLogitsWithDescales) {
+  // The cap applies to softmax_scale * q_descale * k_descale * q.k, not to the raw dot product.
+  Shape s;
+  s.seqlen_k = 2;
+  DenseInputs in(s);
+  in.q = {1};
+  in.k = {3, -1};
+  in.v = {1, 0};
+  fp8attn_fwd_params p = in.params();
+  const float q_descale = 2.0f, k_descale = 0.5f;
+  p.q_descale.ptr = &q_descale;
+  p.q_descale.dtype = FP8ATTN_DTYPE_F32;
+  p.k_descale.ptr = &k_descale;
+  p.k_descale.dtype = FP8ATTN_DTYPE_F32;
+  p.softmax_scale = 0.5f;  // logits 1.5 and -0.5
+  p.softcap = 1.0f;
+  const Softmax expected = softmax_average({std::tanh(1.5), std::tanh(-0.5)}, {{1}, {0}});
+  const Result r = run(p, Mode::kExact);
+  EXPECT_NEAR(out_at(r, 1, 1, 0, 0, 0), expected.out[0], 1e-12);
+  EXPECT_NEAR(lse_at(r, 0, 0), expected.lse, 1e-12);
+}
+
 TEST(Reference, BatchesAndHeadsUseTheirOwnRows) {
   Shape s;
   s.batch = 2;
