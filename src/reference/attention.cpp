@@ -14,6 +14,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "reference/reference.h"
@@ -27,6 +28,7 @@ constexpr double kLn2 = 0.69314718055994530942;
 // The kernel computes P = exp2(score - max + 8): a 2^8 bias so that E4M3 keeps mantissa bits for P
 // (anatomy §2(c)). The bias cancels in out = O / sum and is removed from the LSE.
 constexpr float kPExponentOffset = 8.0f;
+constexpr float kE4m3Max = 448.0f;  // a 16-bit q row's quantization maps its amax here
 // Packed query rows per task: up to 32, so that decoding a chunk of keys is shared by many rows, but
 // fewer when the problem is small (decode: a few rows against many keys), so that every thread still
 // gets kTasksPerThread tasks.
@@ -173,8 +175,9 @@ Status describe_sequences(const fp8attn_fwd_params& p, std::vector<Sequence>* se
 
 Status check_params(const fp8attn_fwd_params& p) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr) return invalid_argument("q, k and v must be host pointers");
-  if (p.q_dtype != FP8ATTN_DTYPE_E4M3 || p.k_dtype != FP8ATTN_DTYPE_E4M3 || p.v_dtype != FP8ATTN_DTYPE_E4M3) {
-    return Status(StatusCode::kNotSupported, "fp8attn::ref::attention: q, k and v must be E4M3");
+  const bool q_ok = p.q_dtype == FP8ATTN_DTYPE_E4M3 || p.q_dtype == FP8ATTN_DTYPE_F16 || p.q_dtype == FP8ATTN_DTYPE_BF16;
+  if (!q_ok || p.k_dtype != FP8ATTN_DTYPE_E4M3 || p.v_dtype != FP8ATTN_DTYPE_E4M3) {
+    return Status(StatusCode::kNotSupported, "fp8attn::ref::attention: k and v must be E4M3, q E4M3, fp16 or bf16");
   }
   if (p.batch < 0) return invalid_argument("batch must be >= 0");
   if (p.seqlen_q < 0 || p.seqlen_k < 0) return invalid_argument("seqlen_q and seqlen_k must be >= 0");
@@ -259,6 +262,9 @@ struct Row {
   KeyRange keys;          // visible keys, at least one
   float sink = 0.0f;      // natural-log units, when the call has sinks
   std::vector<float> q;   // decoded, [head_dim]
+  // kEmulation of a 16-bit q (issue 35): the row is quantized to E4M3 with scale amax / 448 (q holds the E4M3
+  // values) and the scale multiplies its scores, as the descales do. 1 otherwise; 0 for a row of zeros.
+  float q_scale = 1.0f;
   // The scores q.k of keys.first..keys.last in key order; make_weights() turns them into P in place.
   std::vector<Real> weights;
   std::vector<Real> acc;  // sum_j P_j v_j, [head_dim_v]
@@ -326,7 +332,7 @@ void finish(const TaskConstants& constants, const Row<double>& row, double* out,
 // descales, then scale_log2 = c * log2(e) (the kernel's tanh is MUFU.TANH, ~2^-11 relative; this one is libm's).
 void make_weights(const TaskConstants& constants, Row<float>* row) {
   // As FlashAttention: softmax_scale * log2(e) is formed on the host, the descales multiply it on the device.
-  const float qk_descale = constants.q_descale * constants.k_descale;
+  const float qk_descale = constants.q_descale * constants.k_descale * row->q_scale;
   float scale_log2 = static_cast<float>(constants.softmax_scale * kLog2e) * qk_descale;
   if (constants.softcap > 0.0f) {
     const float tanh_scale = (constants.softmax_scale / constants.softcap) * qk_descale;
@@ -364,6 +370,34 @@ void finish(const TaskConstants& constants, const Row<float>& row, double* out, 
   *lse = with_sink_log2(keys_log2) * kLn2;
 }
 
+// One query row, decoded into q. A 16-bit row is used as is (kExact), or quantized (quantize_16bit: kEmulation,
+// as the kernel does per (token, head) row): E4M3(q * 448 / amax), scale amax / 448; a row of zeros stays zero
+// with scale 0 (its scores are 0: a uniform average, not NaN).
+void read_q_row(const fp8attn_fwd_params& p, int64_t element, bool quantize_16bit,
+                const std::array<float, 256>& e4m3_values, std::vector<float>* q, float* q_scale) {
+  q->resize(p.head_dim);
+  *q_scale = 1.0f;
+  if (p.q_dtype == FP8ATTN_DTYPE_E4M3) {
+    const uint8_t* bytes = static_cast<const uint8_t*>(p.q) + element;
+    for (int c = 0; c < p.head_dim; ++c) (*q)[c] = e4m3_values[bytes[c]];
+    return;
+  }
+  const uint16_t* bits = static_cast<const uint16_t*>(p.q) + element;
+  float amax = 0.0f;
+  for (int c = 0; c < p.head_dim; ++c) {
+    (*q)[c] = p.q_dtype == FP8ATTN_DTYPE_BF16 ? bf16_to_float(bits[c]) : f16_to_float(bits[c]);
+    amax = std::max(amax, std::fabs((*q)[c]));
+  }
+  if (!quantize_16bit) return;
+  if (amax == 0.0f) {
+    *q_scale = 0.0f;
+    return;
+  }
+  const float to_e4m3 = kE4m3Max / amax;
+  for (float& x : *q) x = e4m3_to_float(float_to_e4m3(x * to_e4m3));
+  *q_scale = amax / kE4m3Max;
+}
+
 // Each worker's buffers, reused from task to task.
 template <typename Real>
 struct Scratch {
@@ -398,7 +432,6 @@ void run_task(const Problem& problem, const Task& task, Scratch<Real>* scratch) 
 
   // Set up the rows; a row with no visible key is written at once: nothing to average, and its LSE is
   // that of the sink alone, or log(0).
-  const auto* q = static_cast<const uint8_t*>(p.q);
   std::vector<Row<Real>>& rows = scratch->rows;
   size_t live_rows = 0;
   KeyRange hull{std::numeric_limits<int64_t>::max(), -1};
@@ -424,9 +457,8 @@ void run_task(const Problem& problem, const Task& task, Scratch<Real>* scratch) 
     row.out_row = out_row;
     row.keys = keys;
     row.sink = sink;
-    const uint8_t* q_bytes = q + seq.q_offset + row_in_seq * p.q_row_stride + head * p.q_head_stride;
-    row.q.resize(p.head_dim);
-    for (int c = 0; c < p.head_dim; ++c) row.q[c] = problem.e4m3_values[q_bytes[c]];
+    const int64_t q_element = seq.q_offset + row_in_seq * p.q_row_stride + head * p.q_head_stride;
+    read_q_row(p, q_element, std::is_same_v<Real, float>, problem.e4m3_values, &row.q, &row.q_scale);
     row.weights.assign(static_cast<size_t>(keys.count()), Real(0));
     row.acc.assign(static_cast<size_t>(dv), Real(0));
     hull.first = std::min(hull.first, keys.first);

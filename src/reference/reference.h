@@ -1,6 +1,7 @@
 // fp8attn: CPU reference implementations, the ground truth the GPU tests compare against.
 //
-// Both take the same fp8attn_fwd_params a GPU call takes, but with HOST pointers (q/k/v as E4M3 bytes,
+// Both take the same fp8attn_fwd_params a GPU call takes, but with HOST pointers (k/v as E4M3 bytes, q as E4M3
+// bytes or fp16/bf16 bits,
 // cu_seqlens/seqused/block_table/descales/sink as host arrays, same strides). They ignore out/lse in
 // the params and write dense fp64 results instead:
 //   out: [total_rows, num_heads_q, head_dim_v] where total_rows = batch * seqlen_q (dense) or total_q
@@ -8,11 +9,14 @@
 //   lse: [num_heads_q, total_rows] (natural log; -inf for rows with no visible key and no sink)
 // Rows past a sequence's length (varlen padding up to total_q) are never written: they hold NaN.
 //
-//   kExact:     fp64 attention on the FP8-decoded inputs, descales applied (the reference of docs/accuracy.md).
+//   kExact:     fp64 attention on the FP8-decoded inputs, descales applied (the reference of docs/accuracy.md);
+//               a 16-bit q is used unquantized.
 //   kEmulation: the kernel's precision: scores in fp32 with folded descales, P = exp2(s - m + 8)
 //               rounded to E4M3 before PV (row max over the whole row), fp32 accumulation, the output
 //               normalised by the sum of the rounded P (the kernel's P x ones) and v_descale, the LSE from
-//               the sum of the unrounded P. The error bar (docs/accuracy.md) is
+//               the sum of the unrounded P. A 16-bit q is quantized per (token, head) row as the kernel will
+//               (issue 35): E4M3(q * 448 / amax(row)), the scale amax / 448 multiplying the row's scores. The
+//               error bar (docs/accuracy.md) is
 //               max|out - exact| <= 2 * max|emulation - exact| + 2 ulp(bf16).
 #pragma once
 

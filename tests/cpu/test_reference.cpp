@@ -258,6 +258,61 @@ TEST(Reference, SoftcapAppliesToScaledLogitsWithDescales) {
   EXPECT_NEAR(lse_at(r, 0, 0), expected.lse, 1e-12);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// 16-bit q (issue 35): exact on the unquantized values, emulated as the kernel's per-row E4M3 quantization
+
+// One key: the output is v and the LSE is the logit, so the logit the reference used is read off directly.
+struct OneKey16BitQ {
+  std::vector<uint16_t> q16;
+  DenseInputs in{Shape{1, 1, 1, 1, 1, 2, 1}};
+  fp8attn_fwd_params params(fp8attn_dtype q_dtype, float q0, float q1) {
+    q16 = q_dtype == FP8ATTN_DTYPE_BF16 ? std::vector<uint16_t>{float_to_bf16(q0), float_to_bf16(q1)}
+                                        : std::vector<uint16_t>{float_to_f16(q0), float_to_f16(q1)};
+    in.k = {2, 4};
+    in.v = {1.5f};
+    fp8attn_fwd_params p = in.params();
+    p.q = q16.data();
+    p.q_dtype = q_dtype;
+    p.softmax_scale = 0.5f;
+    return p;
+  }
+};
+
+TEST(Reference, SixteenBitQIsExactUnquantizedAndEmulatedPerRow) {
+  for (fp8attn_dtype dtype : {FP8ATTN_DTYPE_BF16, FP8ATTN_DTYPE_F16}) {
+    SCOPED_TRACE(dtype == FP8ATTN_DTYPE_BF16 ? "bf16" : "fp16");
+    OneKey16BitQ one;
+    const fp8attn_fwd_params p = one.params(dtype, 1.0f, 0.3f);
+    const double q1 = dtype == FP8ATTN_DTYPE_BF16 ? bf16_to_float(float_to_bf16(0.3f)) : f16_to_float(float_to_f16(0.3f));
+    // Exact: the 16-bit values as they are. Emulation: amax 1, so the row becomes E4M3(q * 448) = {448, 128}
+    // (134.4 lies between E4M3's 128 and 144) at scale 1 / 448: q1 counts as 128 / 448 = 0.2857.
+    const Result exact = run(p, Mode::kExact);
+    EXPECT_NEAR(lse_at(exact, 0, 0), 0.5 * (2 * 1.0 + 4 * q1), 1e-12);
+    EXPECT_NEAR(out_at(exact, 1, 1, 0, 0, 0), 1.5, 1e-12);
+    const Result emulation = run(p, Mode::kEmulation);
+    EXPECT_NEAR(lse_at(emulation, 0, 0), 0.5 * (2 * 1.0 + 4 * 128.0 / 448.0), 1e-5);
+    EXPECT_NEAR(out_at(emulation, 1, 1, 0, 0, 0), 1.5, 1e-6);
+  }
+}
+
+TEST(Reference, SixteenBitQRowOfZerosIsTheUniformAverage) {
+  Shape s;
+  s.seqlen_k = 3;
+  s.d = 2;
+  DenseInputs in(s);
+  in.k = {1, 2, -3, 4, 0.5f, 0.5f};
+  in.v = {1, 2, 6};
+  fp8attn_fwd_params p = in.params();
+  const std::vector<uint16_t> zeros = {float_to_bf16(0.0f), float_to_bf16(-0.0f)};
+  p.q = zeros.data();
+  p.q_dtype = FP8ATTN_DTYPE_BF16;
+  for (Mode mode : {Mode::kExact, Mode::kEmulation}) {
+    const Result r = run(p, mode);
+    EXPECT_NEAR(out_at(r, 1, 1, 0, 0, 0), 3.0, 1e-6);  // (1 + 2 + 6) / 3, not NaN
+    EXPECT_NEAR(lse_at(r, 0, 0), std::log(3.0), 1e-6);
+  }
+}
+
 TEST(Reference, BatchesAndHeadsUseTheirOwnRows) {
   Shape s;
   s.batch = 2;
