@@ -175,7 +175,8 @@ Status describe_sequences(const fp8attn_fwd_params& p, std::vector<Sequence>* se
 
 Status check_params(const fp8attn_fwd_params& p) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr) return invalid_argument("q, k and v must be host pointers");
-  const bool q_ok = p.q_dtype == FP8ATTN_DTYPE_E4M3 || p.q_dtype == FP8ATTN_DTYPE_F16 || p.q_dtype == FP8ATTN_DTYPE_BF16;
+  const bool q_ok =
+      p.q_dtype == FP8ATTN_DTYPE_E4M3 || p.q_dtype == FP8ATTN_DTYPE_F16 || p.q_dtype == FP8ATTN_DTYPE_BF16;
   if (!q_ok || p.k_dtype != FP8ATTN_DTYPE_E4M3 || p.v_dtype != FP8ATTN_DTYPE_E4M3) {
     return Status(StatusCode::kNotSupported, "fp8attn::ref::attention: k and v must be E4M3, q E4M3, fp16 or bf16");
   }

@@ -283,7 +283,8 @@ TEST(Reference, SixteenBitQIsExactUnquantizedAndEmulatedPerRow) {
     SCOPED_TRACE(dtype == FP8ATTN_DTYPE_BF16 ? "bf16" : "fp16");
     OneKey16BitQ one;
     const fp8attn_fwd_params p = one.params(dtype, 1.0f, 0.3f);
-    const double q1 = dtype == FP8ATTN_DTYPE_BF16 ? bf16_to_float(float_to_bf16(0.3f)) : f16_to_float(float_to_f16(0.3f));
+    const double q1 =
+        dtype == FP8ATTN_DTYPE_BF16 ? bf16_to_float(float_to_bf16(0.3f)) : f16_to_float(float_to_f16(0.3f));
     // Exact: the 16-bit values as they are. Emulation: amax 1, so the row becomes E4M3(q * 448) = {448, 128}
     // (134.4 lies between E4M3's 128 and 144) at scale 1 / 448: q1 counts as 128 / 448 = 0.2857.
     const Result exact = run(p, Mode::kExact);
