@@ -91,7 +91,7 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
   }
   a.out = p.out;
   a.out_type = output_type_of(p.out_dtype);
-  a.output_scale = a.out_type == OutputType::kE4M3 ? p.output_scale.ptr : nullptr;
+  a.output_scale = p.output_scale.ptr;  // NULL unless out is E4M3 (validate.cpp)
   a.o_batch_stride = p.o_batch_stride;
   a.o_row_stride = p.o_row_stride;
   a.o_head_stride = p.o_head_stride;

@@ -64,7 +64,7 @@ cudaError_t launch_combine_of(const fp8attn_fwd_params& p, const KernelConfig& c
   c.cu_seqlens_q = p.cu_seqlens_q;
   c.out = p.out;
   c.out_type = output_type_of(p.out_dtype);
-  c.output_scale = c.out_type == OutputType::kE4M3 ? p.output_scale.ptr : nullptr;
+  c.output_scale = p.output_scale.ptr;  // NULL unless out is E4M3 (validate.cpp)
   c.o_batch_stride = p.o_batch_stride;
   c.o_row_stride = p.o_row_stride;
   c.o_head_stride = p.o_head_stride;
