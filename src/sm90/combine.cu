@@ -16,7 +16,6 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
-#include <type_traits>
 
 #include <cutlass/arch/grid_dependency_control.h>
 
@@ -64,6 +63,12 @@ __global__ void __launch_bounds__(kCombineMaxThreads) combine_kernel(const Combi
   const int row = int(blockIdx.x / unsigned(args.num_heads_q));
   const int head = int(blockIdx.x % unsigned(args.num_heads_q));
   const int num_splits = args.num_splits;
+  // Launched as a programmatic dependent of the forward kernel (launch_combine): the launch overlaps the
+  // forward's tail, and this wait orders every read of the partials after the forward grid's writes.
+  cutlass::arch::wait_on_dependent_grids();
+  // Varlen: rows past the last sequence (padding up to total_q) belong to no sequence and stay untouched.
+  if (args.cu_seqlens_q != nullptr && row >= args.cu_seqlens_q[args.batch]) { return; }
+
   // Thread t: column group t % columns of the splits t / columns + k * groups (threads past groups * columns
   // only help with the LSE).
   const int columns = args.head_dim_v / 4;
@@ -72,15 +77,6 @@ __global__ void __launch_bounds__(kCombineMaxThreads) combine_kernel(const Combi
   const int group = threadIdx.x / columns;
   const float* o_partial = args.o_partial + (int64_t(row) * args.num_heads_q + head) * args.head_dim_v + 4 * column;
   const int64_t o_split_stride = int64_t(args.partial_rows) * args.num_heads_q * args.head_dim_v;
-  // The address arithmetic above runs while the forward drains; the compiler may not move it past the wait below
-  // (an asm statement with memory effects), so it is pinned there.
-  asm volatile("" : "+l"(o_partial));
-  // Launched as a programmatic dependent of the forward kernel (launch_combine): the launch overlaps the
-  // forward's tail, and this wait orders every read of the partials after the forward grid's writes.
-  cutlass::arch::wait_on_dependent_grids();
-  // Varlen: rows past the last sequence (padding up to total_q) belong to no sequence and stay untouched.
-  if (args.cu_seqlens_q != nullptr && row >= args.cu_seqlens_q[args.batch]) { return; }
-
   auto load_pass = [&](int first_split, float4 (&o)[kCombineLoadsPerPass]) {
 #pragma unroll
     for (int k = 0; k < kCombineLoadsPerPass; ++k) {
@@ -149,15 +145,11 @@ __global__ void __launch_bounds__(kCombineMaxThreads) combine_kernel(const Combi
 
   const int64_t out_offset = int64_t(batch) * args.o_batch_stride + int64_t(token) * args.o_row_stride +
                              int64_t(head) * args.o_head_stride + 4 * column;
+  const float out_scale = args.output_scale != nullptr ? 1.f / *args.output_scale : 1.f;
   with_output_store(args.out_type, [&](auto store) {
-    using Store = decltype(store);
-    if constexpr (std::is_same_v<Store, StoreE4M3>) {  // validate.cpp: an E4M3 out always has its scale
-      const float out_scale = 1.f / *args.output_scale;
-      total = make_float4(total.x * out_scale, total.y * out_scale, total.z * out_scale, total.w * out_scale);
-    }
-    auto* out = static_cast<typename Store::Element*>(args.out) + out_offset;
-    store(out, total.x, total.y);
-    store(out + 2, total.z, total.w);
+    auto* out = static_cast<typename decltype(store)::Element*>(args.out) + out_offset;
+    store(out, total.x * out_scale, total.y * out_scale);
+    store(out + 2, total.z * out_scale, total.w * out_scale);
   });
 }
 
