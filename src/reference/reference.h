@@ -1,9 +1,8 @@
 // fp8attn: CPU reference implementations, the ground truth the GPU tests compare against.
 //
 // Both take the same fp8attn_fwd_params a GPU call takes, but with HOST pointers (k/v as E4M3 bytes, q as E4M3
-// bytes or fp16/bf16 bits,
-// cu_seqlens/seqused/block_table/descales/sink as host arrays, same strides). They ignore out/lse in
-// the params and write dense fp64 results instead:
+// bytes or fp16/bf16 bits, cu_seqlens/seqused/block_table/descales/sink as host arrays, same strides). They ignore
+// out/lse in the params and write dense fp64 results instead:
 //   out: [total_rows, num_heads_q, head_dim_v] where total_rows = batch * seqlen_q (dense) or total_q
 //        (varlen); row r of sequence b is at cu_seqlens_q[b] + r (varlen) or b * seqlen_q + r (dense)
 //   lse: [num_heads_q, total_rows] (natural log; -inf for rows with no visible key and no sink)

@@ -402,6 +402,15 @@ struct Array {
   }
 };
 
+namespace {
+// output_scale is passed exactly when out is E4M3 (validate.cpp refuses it otherwise): set on the params whenever
+// their out dtype is (re)chosen.
+void bind_output_scale(fp8attn_fwd_params* params, Array& output_scale, bool on_device) {
+  const bool e4m3_out = params->out_dtype == FP8ATTN_DTYPE_E4M3;
+  params->output_scale.ptr = e4m3_out ? static_cast<const float*>(output_scale.address(on_device)) : nullptr;
+}
+}  // namespace
+
 struct Problem::Buffers {
   Array q, kv, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale, sink,
       output_scale;
@@ -744,8 +753,7 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
     params->k_descale.ptr = static_cast<const float*>(buf.k_descale.address(on_device));
     params->v_descale.ptr = static_cast<const float*>(buf.v_descale.address(on_device));
     params->sink = buf.sink.address(on_device);
-    const bool e4m3_out = params->out_dtype == FP8ATTN_DTYPE_E4M3;
-    params->output_scale.ptr = e4m3_out ? static_cast<const float*>(buf.output_scale.address(on_device)) : nullptr;
+    bind_output_scale(params, buf.output_scale, on_device);
   };
   device_params_ = host_params_;
   bind(&host_params_, false);
@@ -776,9 +784,8 @@ void Problem::set_out_dtype(fp8attn_dtype dtype) {
   case_.out_dtype = dtype;
   host_params_.out_dtype = dtype;
   device_params_.out_dtype = dtype;
-  const bool e4m3 = dtype == FP8ATTN_DTYPE_E4M3;
-  host_params_.output_scale.ptr = e4m3 ? static_cast<const float*>(buffers_->output_scale.address(false)) : nullptr;
-  device_params_.output_scale.ptr = e4m3 ? static_cast<const float*>(buffers_->output_scale.address(true)) : nullptr;
+  bind_output_scale(&host_params_, buffers_->output_scale, false);
+  bind_output_scale(&device_params_, buffers_->output_scale, true);
 }
 
 void Problem::poison(cudaStream_t stream) const {
