@@ -5,7 +5,8 @@ Where attention runs eagerly (prefill, piecewise CUDA graphs) every microsecond 
 paid per layer and step. For each shape:
 
   eager_us      host time of one ``fp8attn.flash_attn_varlen_func`` call, vLLM's arguments, median over
-                calls timed one by one with time.perf_counter_ns. Calls run back to back without waiting for
+                calls timed one by one with time.perf_counter_ns (and the median of --repeats such runs, each
+                kept in eager_us_runs). Calls run back to back without waiting for
                 the GPU (the stream is synchronized every --sync-every calls, outside the timing, so the
                 launch queue never fills): the time is the host's alone.
   op_us         the same for ``torch.ops.fp8attn.fwd.default`` called directly (the op without the Python
@@ -14,7 +15,7 @@ paid per layer and step. For each shape:
   fa3_eager_us  eager_us of FA3's ``flash_attn_with_kvcache`` (decode) / ``flash_attn_varlen_func`` (prefill)
                 on the same FP8 tensors, or null when FA3 does not import or fails.
 
-    python bench/bench_host.py [--calls 2000] [--shapes llama3.1-8b-tp1-1x1-4k ...]
+    python bench/bench_host.py [--calls 2000] [--repeats 3] [--shapes llama3.1-8b-tp1-1x1-4k ...]
 
 Writes bench/results/host_overhead.json ({"shapes": [{"name", "eager_us", "gpu_us", "fa3_eager_us", ...}]})
 and prints a table. ``backend`` records which torch op served the calls ("compiled": the C++ stable-ABI op;
@@ -128,11 +129,17 @@ def prefill_calls(device: torch.device) -> tuple[Callable, Callable, Optional[Ca
 
 def measure(name: str, calls: tuple[Callable, Callable, Optional[Callable]], args: argparse.Namespace) -> dict:
     wrapper, op, fa3 = calls
-    eager = host_us(wrapper, args.calls, args.sync_every)
-    direct = host_us(op, args.calls, args.sync_every)
+    # --repeats alternates the wrapper and the op: one machine's host time drifts by 10-30% between runs a minute
+    # apart (docs/perf.md, Host path), so a row is the median of several runs and keeps them.
+    eager_runs, op_runs = [], []
+    for _ in range(args.repeats):
+        eager_runs.append(host_us(wrapper, args.calls, args.sync_every))
+        op_runs.append(host_us(op, args.calls, args.sync_every))
     gpu = gpu_us(wrapper)
     fa3_us = bc.try_peer("fa3", lambda: host_us(fa3, args.calls, args.sync_every)) if fa3 else None
-    row = result_row(name, eager, direct, gpu, fa3_us)
+    row = result_row(name, statistics.median(eager_runs), statistics.median(op_runs), gpu, fa3_us)
+    row["eager_us_runs"] = [round(x, 2) for x in eager_runs]
+    row["op_us_runs"] = [round(x, 2) for x in op_runs]
     print(f"{name}: eager {row['eager_us']} us (op alone {row['op_us']}), GPU {row['gpu_us']} us, "
           f"FA3 eager {row['fa3_eager_us']}")
     return row
@@ -141,6 +148,7 @@ def measure(name: str, calls: tuple[Callable, Callable, Optional[Callable]], arg
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=2000, help="timed calls per shape and implementation")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each timing per shape (the row is their median)")
     parser.add_argument("--sync-every", type=int, default=100, help="calls between stream synchronizations")
     parser.add_argument("--shapes", nargs="+", help="only these decode shape names (the prefill call always runs)")
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
