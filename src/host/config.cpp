@@ -102,9 +102,9 @@ int max_kv_blocks(const ProblemShape& p, int block_n, int block_m) {
 // 32 (two waves) 55.0; gemma 4x4 (d256, 132 slots) 7 splits 13.5, 9 and 17 (two and three waves) 18.3 and 23.0.
 //
 // The count is then lowered to the fewest splits with the same longest split at the bound (ceil(blocks / s) blocks
-// each): more only add CTAs with fewer or no blocks and partials for the combine to read. Measured (vLLM replay,
-// bench/results/vllm_replay.json): Llama-8B 1 x 4k planned at 32k keys, 33 splits 13.6 us against 32 (the same 8
-// blocks per split at the bound, one block each at 4k) 13.2 us.
+// each): more only add CTAs with fewer or no blocks and partials for the combine to read. Measured
+// (bench/results/ab_split_count.json): Llama-8B 1 x 4k planned at 32k keys, 33 -> 32 splits (8 blocks per split at
+// the bound either way, one block each at 4k) 12.96 -> 12.81 us; Gemma-4 4 x 4, 8 -> 6, 13.71 -> 13.59 us.
 int split_heuristic(int64_t ctas, int kv_blocks, int slots, int split_cap) {
   if (ctas >= int64_t(0.8 * slots) || kv_blocks <= 4) { return 1; }
   const int max_splits = std::min({split_cap, kv_blocks, slots});
@@ -112,15 +112,18 @@ int split_heuristic(int64_t ctas, int kv_blocks, int slots, int split_cap) {
     const int64_t work = ctas * s;
     return double(work) / (double(ceil_div(work, slots)) * slots);
   };
-  auto fewest_with_same_longest = [&](int s) { return ceil_div(kv_blocks, ceil_div(kv_blocks, s)); };
-  double best = 0;
-  for (int s = 1; s <= max_splits; ++s) { best = std::max(best, efficiency(s)); }
-  const int one_wave = int(std::clamp<int64_t>(slots / ctas, 1, max_splits));
-  if (efficiency(one_wave) >= 0.85 * best) { return fewest_with_same_longest(one_wave); }
-  for (int s = 1; s <= max_splits; ++s) {
-    if (efficiency(s) >= 0.85 * best) { return fewest_with_same_longest(s); }
-  }
-  return 1;
+  auto wave_choice = [&] {
+    double best = 0;
+    for (int s = 1; s <= max_splits; ++s) { best = std::max(best, efficiency(s)); }
+    const int one_wave = int(std::clamp<int64_t>(slots / ctas, 1, max_splits));
+    if (efficiency(one_wave) >= 0.85 * best) { return one_wave; }
+    for (int s = 1; s <= max_splits; ++s) {
+      if (efficiency(s) >= 0.85 * best) { return s; }
+    }
+    return 1;
+  };
+  const int blocks_per_split = ceil_div(kv_blocks, wave_choice());
+  return ceil_div(kv_blocks, blocks_per_split);
 }
 
 // num_splits as FlashAttention-3 reads it: 0 lets the heuristic choose (up to kMaxHeuristicSplits), 1 means no
