@@ -16,8 +16,9 @@
 // of each cache row (V = K + d bytes), in HND or NHD order, sometimes inside a layer-interleaved buffer
 // (harness.h KvRows, kv_layers). Also independently: a quarter write an E4M3 out (output_scale, judged against
 // the same call's bf16 out quantized alike) and a fifth cap the logits (softcap 50, Gemma-2's, or 2, where tanh
-// is far from linear). These choices come from streams of their own, so the rest of a configuration i of a seed is
-// what it was without them.
+// is far from linear). And a fifth take a 16-bit q (issue 35: bf16 or fp16, quantized per row by the kernel, so
+// with no q_descale), a tenth of those with each sequence's first query row all zeros. These choices come from
+// streams of their own, so the rest of a configuration i of a seed is what it was without them.
 //
 // A failure prints the configuration and the command that replays it; the run ends with one line
 //   fuzz: N configurations, seed S, F failed
@@ -60,6 +61,10 @@ constexpr uint64_t kRowsStream = 0x726F772D68616C66ull;
 constexpr double kE4M3OutShare = 0.25;
 constexpr double kSoftcapShare = 0.2;
 constexpr uint64_t kOutputStream = 0x6F75742D63617073ull;
+// Share and stream of the 16-bit q, and the share of those whose sequences start with a query row of zeros.
+constexpr double kSixteenBitQShare = 0.2;
+constexpr double kZeroQRowShare = 0.1;
+constexpr uint64_t kQueryStream = 0x7131362D62697473ull;
 
 uint64_t env_u64(const char* name, uint64_t fallback) {
   const char* value = std::getenv(name);
@@ -354,8 +359,8 @@ Case random_mixed_case(uint64_t seed, int index) {
   return c;
 }
 
-// Configuration i of a run: a mixed step (kMixedShare) or random_case's, then vLLM 0.34's row-halves K/V for a
-// share of either.
+// Configuration i of a run: a mixed step (kMixedShare) or random_case's, then vLLM 0.34's row-halves K/V, the
+// E4M3 out, the softcap and the 16-bit q, each for a share of either.
 Case fuzz_case(uint64_t seed, int index) {
   Draw kind(mix(mix(seed ^ kMixedStream ^ 1) ^ mix(static_cast<uint64_t>(index))));
   Case c = kind.chance(kMixedShare) ? random_mixed_case(seed, index) : random_case(seed, index);
@@ -367,6 +372,12 @@ Case fuzz_case(uint64_t seed, int index) {
   Draw output(mix(mix(seed ^ kOutputStream) ^ mix(static_cast<uint64_t>(index))));
   if (output.chance(kE4M3OutShare)) { c.out_dtype = FP8ATTN_DTYPE_E4M3; }
   if (output.chance(kSoftcapShare)) { c.softcap = output.pick({50.0f, 2.0f}); }
+  Draw query(mix(mix(seed ^ kQueryStream) ^ mix(static_cast<uint64_t>(index))));
+  if (query.chance(kSixteenBitQShare)) {
+    c.q_dtype = query.chance(0.5) ? FP8ATTN_DTYPE_BF16 : FP8ATTN_DTYPE_F16;
+    c.descale_q = DescaleForm::kNone;  // the kernel's row scale takes its place
+    c.zero_q_rows = query.chance(kZeroQRowShare) ? 1 : 0;
+  }
   return c;
 }
 

@@ -32,7 +32,8 @@
 // KvCacheEdgeCases adds the decode shapes of bench/decode_shapes.json (reduced batch; three with
 // max_seqlen_k = 32768 as vLLM captures them), empty requests (seqused_k = 0), more splits than KV blocks,
 // fully masked rows, exact page multiples and pages of 48/80 tokens, and vLLM 0.34's cache (K and V the two
-// halves of each cache row, HND / NHD / layer-interleaved) at every head dim. vLLM's exact cache with a
+// halves of each cache row, HND / NHD / layer-interleaved) at every head dim. KvCacheSixteenBitQ runs fp16 and bf16
+// q (issue 35) in decode and speculative-decode steps at every head dim. vLLM's exact cache with a
 // column-sliced block table under CUDA graphs is in test_cuda_graph.cpp.
 #include <gtest/gtest.h>
 
@@ -442,14 +443,55 @@ std::vector<NamedCase> edge_cases() {
   return cases;
 }
 
+// 16-bit q (issue 35) in the serving calls, at every head-dim pair, fp16 and bf16: a decode step with PackGQA
+// (32:4 heads, 8 q heads per kv head in one tile), exactly 4 KV splits, softcap 50 and an f32 sink; and a
+// speculative-decode step (4 tokens: 32 packed rows per kv head) with vLLM's sliding window (127, 0), the
+// heuristic's splits and an E4M3 out (through the split combine where the heuristic splits). vLLM's expand()ed
+// k/v descales; no q_descale (a 16-bit q takes none).
+std::vector<NamedCase> sixteen_bit_q_cases() {
+  std::vector<NamedCase> cases;
+  uint64_t seed = 40000;
+  for (const HeadDims& hd : kHeadDims) {
+    for (fp8attn_dtype q_dtype : {FP8ATTN_DTYPE_BF16, FP8ATTN_DTYPE_F16}) {
+      const std::string label = head_dims_label(hd) + "_" + dtype_label(q_dtype) + "_q";
+      {
+        Case c = paged_case(hd.d, hd.dv, 32, 4, 16, {1, 1, 1}, {17, 1025, 300}, seed++);
+        set_vllm_decode(&c);
+        c.q_dtype = q_dtype;
+        c.descale_q = DescaleForm::kNone;
+        c.num_splits = 4;
+        c.softcap = 50.0f;
+        c.sink = SinkType::kF32;
+        c.out_dtype = q_dtype;
+        cases.push_back({label + "_paged16_decode_gqa32x4_splits4_softcap50_sink", c});
+      }
+      {
+        Case c = paged_case(hd.d, hd.dv, 32, 4, 64, {4, 4}, {2049, 4}, seed++);
+        set_vllm_decode(&c);
+        c.q_dtype = q_dtype;
+        c.descale_q = DescaleForm::kNone;
+        c.descale_k = DescaleForm::kBroadcastBatch;
+        c.window_left = 127;
+        c.window_right = 0;
+        c.out_dtype = FP8ATTN_DTYPE_E4M3;
+        cases.push_back({label + "_paged64_specdec_gqa32x4_w128_splits_auto_e4m3", c});
+      }
+    }
+  }
+  return cases;
+}
+
 class KvCacheMatrix : public NamedCaseTest {};
 class KvCacheEdgeCases : public NamedCaseTest {};
+class KvCacheSixteenBitQ : public NamedCaseTest {};
 
 TEST_P(KvCacheMatrix, MatchesReference) { Check(); }
 TEST_P(KvCacheEdgeCases, MatchesReference) { Check(); }
+TEST_P(KvCacheSixteenBitQ, MatchesReference) { Check(); }
 
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheMatrix, ::testing::ValuesIn(matrix_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheEdgeCases, ::testing::ValuesIn(edge_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheSixteenBitQ, ::testing::ValuesIn(sixteen_bit_q_cases()), case_name);
 
 }  // namespace
 }  // namespace fp8attn_test

@@ -1,9 +1,11 @@
 """Torch reference for FP8 attention, and the accuracy check of docs/accuracy.md.
 
 Two references per call, both on the same FP8 inputs with the descales applied:
-  * ``ref``:  exact attention in float64 (what the kernel approximates);
+  * ``ref``:  exact attention in float64 (what the kernel approximates); a 16-bit q is used as it is;
   * ``emul``: the kernel's own precision: P = exp(s - rowmax) scaled by 2^8 and rounded to E4M3 before
-    the PV product (fp32), then normalised by the sum of those rounded P and rounded to the output dtype.
+    the PV product (fp32), then normalised by the sum of those rounded P and rounded to the output dtype. A
+    16-bit q is quantized as the kernel does it: each (token, head) row to E4M3(q * 448 / amax(row)), its scores
+    multiplied by amax / 448 (src/reference's kEmulation alike).
 A kernel passes when max|out - ref| <= 2 * max|emul - ref| + 2 ulp_bf16(max|ref|).
 
 Everything is computed on the inputs' device (float64 on a GPU is fast enough and keeps the GPU tests
@@ -24,6 +26,8 @@ import torch
 from torch import Tensor
 
 P_OFFSET = 256.0  # the kernel's 2^8 exponent bias on P before the E4M3 cast
+E4M3_MAX = 448.0  # a 16-bit q row's amax maps here
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)  # the q dtypes the kernel quantizes per row
 
 
 def descale_table(t: Optional[Tensor], batch: int, num_heads_kv: int, device: torch.device) -> Tensor:
@@ -36,9 +40,20 @@ def descale_table(t: Optional[Tensor], batch: int, num_heads_kv: int, device: to
     return t.expand(batch, num_heads_kv).clone()
 
 
-def decode_fp8(x: Tensor) -> Tensor:
-    """FP8 → float64 (exact: every E4M3 value is representable)."""
+def decode(x: Tensor) -> Tensor:
+    """FP8, fp16 or bf16 → float64 (exact: every such value is representable)."""
     return x.detach().float().double()
+
+
+def quantize_q_rows(q: Tensor) -> tuple[Tensor, Tensor]:
+    """A 16-bit q [Sq, Hq, d] as the kernel quantizes it: (E4M3(q * 448 / amax) decoded to float64, the row scales
+    amax / 448 [Sq, Hq, 1]), one per (token, head) row, in fp32 as the kernel computes them. A row of zeros stays
+    zero with scale 0: its scores are 0, a uniform average, never NaN."""
+    q32 = q.detach().float()
+    amax = q32.abs().amax(dim=-1, keepdim=True)
+    to_e4m3 = torch.where(amax > 0, E4M3_MAX / amax, torch.zeros_like(amax))
+    values = (q32 * to_e4m3).to(torch.float8_e4m3fn).double()
+    return values, (amax / E4M3_MAX).double()
 
 
 def visible_mask(seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[int, int],
@@ -73,17 +88,23 @@ def attention_one(
     q: Tensor, k: Tensor, v: Tensor, *, q_descale: Tensor, k_descale: Tensor, v_descale: Tensor,
     softmax_scale: float, causal: bool, window: tuple[int, int], sink: Optional[Tensor], out_dtype: torch.dtype,
 ) -> Reference:
-    """One sequence. q [Sq, Hq, d], k [Sk, Hkv, d], v [Sk, Hkv, dv] FP8; descales [Hkv] fp64 for this
-    sequence; sink [Hq] or None."""
+    """One sequence. q [Sq, Hq, d] FP8, fp16 or bf16, k [Sk, Hkv, d], v [Sk, Hkv, dv] FP8; descales [Hkv] fp64
+    for this sequence; sink [Hq] or None."""
     seqlen_q, num_heads_q, _ = q.shape
     seqlen_k, num_heads_kv, head_dim_v = v.shape
     group = num_heads_q // num_heads_kv
-    qf = decode_fp8(q) * q_descale.repeat_interleave(group)[None, :, None]
-    kf = (decode_fp8(k) * k_descale[None, :, None]).repeat_interleave(group, dim=1)
-    vf = (decode_fp8(v) * v_descale[None, :, None]).repeat_interleave(group, dim=1)
+    q_descale_per_head = q_descale.repeat_interleave(group)[None, :, None]
+    qf = decode(q) * q_descale_per_head
+    kf = (decode(k) * k_descale[None, :, None]).repeat_interleave(group, dim=1)
+    vf = (decode(v) * v_descale[None, :, None]).repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", qf, kf) * softmax_scale  # [Hq, Sq, Sk]
     mask = visible_mask(seqlen_q, seqlen_k, causal, window, device=scores.device)
     scores = scores.masked_fill(~mask, float("-inf"))
+    emul_scores = scores
+    if q.dtype in SIXTEEN_BIT:  # the kernel's scores are those of the quantized rows, times the row scales
+        q8, q_scale = quantize_q_rows(q)
+        emul_scores = torch.einsum("qhd,khd->hqk", q8 * q_scale * q_descale_per_head, kf) * softmax_scale
+        emul_scores = emul_scores.masked_fill(~mask, float("-inf"))
     abs_scores = torch.einsum("qhd,khd->hqk", qf.abs(), kf.abs()) * abs(softmax_scale)
     score_magnitude = abs_scores.masked_fill(~mask, 0.0).amax(dim=-1) if seqlen_k else abs_scores.sum(dim=-1)
 
@@ -98,7 +119,7 @@ def attention_one(
 
     # Kernel precision: fp32 scores, P biased by 2^8 and rounded to E4M3 unnormalised, fp32 PV, normalised by
     # the sum of the rounded P (the kernel's P x ones; docs/design.md), plus the sink.
-    s32 = scores.float()
+    s32 = emul_scores.float()
     if seqlen_k:
         row_max = s32.amax(dim=-1, keepdim=True)
     else:
