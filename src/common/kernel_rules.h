@@ -23,6 +23,11 @@ constexpr int varlen_schedule_block_m(int head_dim, int head_dim_v) {
   return head_dim <= 128 && ctas_per_sm_for(64, head_dim_v) == 2 ? 64 : 128;
 }
 
+// Tile rows of every kernel for a 16-bit Q (src/kernels.list's q16 lines): the quantization's per-row scales take
+// two registers through the KV loop, which the 128-row d128 and d256 prefill tiles do not have (docs/design.md
+// section 8); 64-row tiles have them at every head dim.
+constexpr int kQ16BlockM = 64;
+
 // P V after the softmax, through the score registers (mainloop_mma.cuh): where O (dv > 128) leaves no registers
 // for a tile accumulator next to the scores of a 128-key block, each block's P V runs once its scores are
 // converted to P, in dv parts of 128 columns accumulated in the registers that held the scores. It gives up the

@@ -1,7 +1,8 @@
 // fp8attn SM90 forward: the kernel, composing the warp roles.
 //
 //   warpgroup 0      producer: TMA Q/K/V, V transpose            (setmaxnreg down)
-//   warpgroups 1..W  MMA: QK^T, softmax, PV, epilogue, 64 rows each (setmaxnreg up)
+//   warpgroups 1..W  MMA: (the q16 kernels: Q's per-row quantization,) QK^T, softmax, PV, epilogue, 64 rows each
+//                    (setmaxnreg up)
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -15,6 +16,7 @@
 #include "sm90/mask.cuh"
 #include "sm90/pack_gqa.cuh"
 #include "sm90/producer_load.cuh"
+#include "sm90/quantize_q.cuh"
 #include "sm90/softmax.cuh"
 #include "sm90/tile_scheduler.cuh"
 
@@ -43,7 +45,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   const SeqInfo seq(args, tile.batch);
 
   if (warp_idx == 0 && cute::elect_one_sync()) {
-    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    if constexpr (!Traits::kQ16) { cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor()); }
     if (args.block_table != nullptr) {
       cute::prefetch_tma_descriptor(params.tma_k_box.get_tma_descriptor());
       cute::prefetch_tma_descriptor(params.tma_v_box.get_tma_descriptor());
@@ -145,13 +147,31 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // folds into it (with split-KV the combine applies it to the combined rows instead).
     float v_descale = args.v_descale.load(tile.batch, kv_head);
     if (args.output_scale != nullptr && !args.split_kv) { v_descale /= *args.output_scale; }
-    OnlineSoftmax softmax = args.softcap_tanh_scale != 0.f
-                                ? OnlineSoftmax(args.softcap_log2, args.softcap_tanh_scale * qk_descale)
-                                : OnlineSoftmax(args.softmax_scale_log2 * qk_descale, 0.f);
+    // The score multipliers: the softmax scale and the descales in the exponent, or with softcap in the tanh; a
+    // 16-bit Q's per-row scales multiply them per row half: a q16 kernel quantizes Q into sQ here (quantize_q.cuh).
+    auto make_softmax = [&]() {
+      if constexpr (Traits::kQ16) {
+        float q_row_scale[2] = {1.f, 1.f};
+        if (has_work) { QuantizeQ<Traits>::run(args, seq, tile.m_block, tile.head, mma_thread, smem, q_row_scale); }
+        using Scale = ScoreScale<true>;
+        if (args.softcap_tanh_scale != 0.f) {
+          const float a = args.softcap_tanh_scale * qk_descale;
+          return OnlineSoftmax<true>(Scale{{args.softcap_log2, args.softcap_log2}},
+                                     Scale{{a * q_row_scale[0], a * q_row_scale[1]}});
+        }
+        const float s = args.softmax_scale_log2 * qk_descale;
+        return OnlineSoftmax<true>(Scale{{s * q_row_scale[0], s * q_row_scale[1]}}, Scale{{0.f, 0.f}});
+      } else {
+        return args.softcap_tanh_scale != 0.f
+                   ? OnlineSoftmax<false>({args.softcap_log2}, {args.softcap_tanh_scale * qk_descale})
+                   : OnlineSoftmax<false>({args.softmax_scale_log2 * qk_descale}, {0.f});
+      }
+    };
+    OnlineSoftmax<Traits::kQ16> softmax = make_softmax();
     typename MainloopMma<Traits>::FragmentO tOrO;
     clear(tOrO);
     if (has_work) {
-      smem.barrier_q.wait(0);
+      if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }  // Q by TMA (a q16 kernel's is in sQ already)
       MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
     }
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread

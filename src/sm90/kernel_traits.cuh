@@ -44,7 +44,9 @@ constexpr auto k_major_swizzle_atom() {
 // KV tiles in the FP8 WGMMA accumulator); src/kernels.list declares one such kernel, for the long-KV
 // accuracy test and the cost measurement of two-level accumulation. select_config() never picks it.
 // kVarlenSchedule_ = true: the varlen schedule's tile list instead of the direct grid (tile_scheduler.cuh).
-template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, bool kTwoLevel_ = true, bool kVarlenSchedule_ = false>
+// kQ16_ = true: Q arrives in fp16/bf16 and the MMA warpgroups quantize it per row (quantize_q.cuh).
+template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, bool kTwoLevel_ = true, bool kVarlenSchedule_ = false,
+          bool kQ16_ = false>
 struct KernelTraits {
   using Element = cutlass::float_e4m3_t;  // Q, K, V and P
   using ElementAccum = float;
@@ -55,6 +57,7 @@ struct KernelTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = stages_for(kBlockM_, kBlockN_, kHeadDimV_);  // see kernel_rules.h
   static constexpr bool kTwoLevel = kTwoLevel_;
+  static constexpr bool kQ16 = kQ16_;
   using TileScheduler = std::conditional_t<kVarlenSchedule_, VarlenListScheduler<kBlockM_>, DirectGridScheduler>;
 
   static constexpr int kNumMmaWarpgroups = kBlockM / 64;

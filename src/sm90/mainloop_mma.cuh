@@ -59,7 +59,7 @@ struct MainloopMma {
   // mma_thread: 0 .. kNumMmaThreads-1. The range must not be empty.
   CUTE_DEVICE static void run(SharedStorage& smem, PipelineK& pipeline_k, PipelineVt& pipeline_vt,
                               const Mask<kBlockM, kBlockN>& mask, KvBlockRange range, int mma_thread,
-                              OnlineSoftmax& softmax, FragmentO& tOrO) {
+                              OnlineSoftmax<Traits::kQ16>& softmax, FragmentO& tOrO) {
     TiledMmaQK tiled_mma_qk;
     TiledMmaPvTile tiled_mma_pv;
     TiledMmaPvSum tiled_mma_pv_sum;
@@ -112,7 +112,7 @@ struct MainloopMma {
     // S -> P for one block: softcap (when on), mask (boundary blocks only), online softmax, FP8 conversion into PV
     // A order.
     auto scores_to_p = [&](int n_block, float (&rescale)[2]) {
-      if (softmax.softcap_tanh_scale != 0.f) { softmax.softcap(tSrS); }
+      if (softmax.capped()) { softmax.softcap(tSrS); }
       if (mask.needs_mask(n_block)) {
         // Coordinates of tSrS, from the thread index read again: only boundary blocks need them, and held
         // through the loop they would take a register the MMA warpgroups do not have.

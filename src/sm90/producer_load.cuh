@@ -50,7 +50,7 @@ struct ProducerLoad {
                                             PipelineVLoad& pipeline_vload, const SeqInfo& seq, KvBlockRange range,
                                             int m_block, int kv_head, int head_q, LoadStates& states) {
     if (params.args.pack_gqa || params.args.block_table != nullptr) { return false; }
-    load_q(params, smem, seq, m_block, head_q);
+    if constexpr (!Traits::kQ16) { load_q(params, smem, seq, m_block, head_q); }
     load_kv_tiles(params, seq, range.n_block_max - 1, range.n_block_max - 1, kv_head, smem, pipeline_k, pipeline_vload, states);
     return true;
   }
@@ -66,7 +66,9 @@ struct ProducerLoad {
     // One thread issues every TMA; it is also the pipelines' leader (expect-tx on the full barriers).
     const bool is_tma_issuer = threadIdx.x == 0;
 
-    if (args.pack_gqa) {
+    if constexpr (Traits::kQ16) {
+      // A 16-bit Q is the MMA warpgroups' to load and quantize (quantize_q.cuh).
+    } else if (args.pack_gqa) {
       // Warps 1-3 gather Q while warp 0 already issues the K/V loads: the gather is a chain of dependent
       // global loads, and decode is latency-bound on short sequences.
       if (warp != 0) {

@@ -17,6 +17,9 @@ enum NamedBarrierId : uint32_t {
   kEpilogueWarpgroup0 = 0,  // one MMA warpgroup's staged output rows (epilogue.cuh), per warpgroup
   kEpilogueWarpgroup1 = 1,
   kEpilogueWarpgroup2 = 2,
+  kQuantizeQWarpgroup0 = 3,  // one MMA warpgroup's rows of a 16-bit Q, quantized into sQ (quantize_q.cuh)
+  kQuantizeQWarpgroup1 = 4,
+  kQuantizeQWarpgroup2 = 5,
 };
 
 // Reductions over the 4 threads of a quad, which together hold one accumulator row.

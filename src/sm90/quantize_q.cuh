@@ -1,0 +1,114 @@
+// fp8attn SM90 forward, MMA warpgroups of the q16 kernels: a 16-bit Q (fp16 or bf16) quantized per row into sQ.
+//
+// Each (token, head) row gets its own scale amax(row) / 448: q_e4m3 = E4M3(q * 448 / amax), round to nearest
+// even. A row's scale multiplies every score of that row, so it folds into the row's softmax multiplier
+// (OnlineSoftmax<true>'s per-row-half scale_log2, or its tanh scale with softcap): one register per row half
+// through the KV loop, no instruction. A row of zeros gets scale 0: its scores are all 0, a uniform average over
+// the visible keys, which is the exact answer (no 0 / 0). The CPU reference's emulation quantizes alike
+// (src/reference/attention.cpp).
+//
+// Who loads: the thread quad that holds a row's accumulator values (accumulator_row) loads that row straight from
+// global memory, each thread a quarter of it in 16-byte chunks (chunk c + 4 i for quad lane c, so a quad reads
+// 64 contiguous bytes per load), all of its loads in flight at once: one round trip, as the E4M3 TMA, and no
+// staging buffer. The quad's max-reduction leaves the row's scale in exactly the threads whose softmax needs it.
+// PackGQA rows map to (token, q head) as everywhere (pack_gqa.cuh). Rows past the sequence are zeros.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "sm90/kernel_args.cuh"
+#include "sm90/pack_gqa.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/utils.cuh"
+
+namespace fp8attn::sm90 {
+
+using namespace cute;
+
+constexpr float kE4m3Max = 448.f;
+
+template <class Traits>
+struct QuantizeQ {
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kChunksPerRow = kHeadDim / 8;          // 16-byte chunks of 8 elements
+  static constexpr int kChunksPerThread = kChunksPerRow / 4;  // a quad shares a row
+  static_assert(kChunksPerRow % 4 == 0, "head dims are multiples of 32");
+
+  // mma_thread: 0 .. kNumMmaThreads - 1. Writes this thread's share of its two rows into sQ and returns each row
+  // half's scale (amax / 448) in q_row_scale. Ends with the warpgroup's rows of sQ visible to its WGMMAs.
+  CUTE_DEVICE static void run(const FwdArgs& args, const SeqInfo& seq, int m_block, int cta_head, int mma_thread,
+                              typename Traits::SharedStorage& smem, float (&q_row_scale)[2]) {
+    const PackGqa pack(args);
+    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M, D) E4M3
+    const int quad_lane = mma_thread % 4;
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(args.q);  // element strides are of the 16-bit type
+    uint4 chunk[2][kChunksPerThread];  // 8 elements each
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const RowTarget target = pack.row_target(m_block * kBlockM + accumulator_row(mma_thread, h), cta_head);
+      const bool valid = target.token < seq.seqlen_q;
+      const uint16_t* row = q + seq.tma_batch_q * args.q_batch_stride +
+                            int64_t(seq.offset_q + target.token) * args.q_row_stride +
+                            int64_t(target.head_q) * args.q_head_stride + 8 * quad_lane;
+      CUTE_UNROLL
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        chunk[h][i] = valid ? *reinterpret_cast<const uint4*>(row + 32 * i) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    // The elements are converted twice (for the row maximum, then for the quantization) rather than held as fp32:
+    // 16 bits per element in registers instead of 32 while every load is in flight.
+    const bool bf16 = args.q_bf16;
+    auto to_float2 = [bf16](uint32_t word) {
+      return bf16 ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word))
+                  : __half22float2(*reinterpret_cast<const __half2*>(&word));
+    };
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      float amax = 0.f;
+      auto take_max = [&](uint32_t word) {  // two elements into amax
+        const float2 pair = to_float2(word);
+        amax = fmaxf(amax, fmaxf(fabsf(pair.x), fabsf(pair.y)));
+      };
+      CUTE_UNROLL
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        take_max(chunk[h][i].x);
+        take_max(chunk[h][i].y);
+        take_max(chunk[h][i].z);
+        take_max(chunk[h][i].w);
+      }
+      amax = quad_allreduce_max(amax);
+      // Correctly rounded divisions, as the reference's: the emulation then quantizes to the same bytes.
+      q_row_scale[h] = __fdiv_rn(amax, kE4m3Max);
+      const float to_e4m3 = amax > 0.f ? __fdiv_rn(kE4m3Max, amax) : 0.f;
+      auto quantize = [&](uint32_t word) {  // two elements to two E4M3 bytes
+        const float2 pair = to_float2(word);
+        return pack_e4m3x2(pair.x * to_e4m3, pair.y * to_e4m3);
+      };
+      const int tile_row = accumulator_row(mma_thread, h);
+      CUTE_UNROLL
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const uint2 packed = make_uint2(quantize(chunk[h][i].x) | quantize(chunk[h][i].y) << 16,
+                                        quantize(chunk[h][i].z) | quantize(chunk[h][i].w) << 16);
+        // 8 E4M3 columns from a multiple of 8: inside one 16-byte unit of the swizzled row, so contiguous.
+        *reinterpret_cast<uint2*>(&sQ(tile_row, 8 * (quad_lane + 4 * i))) = packed;
+      }
+    }
+    // Each MMA warpgroup's QK^T reads only its own 64 rows of sQ, through the async proxy.
+    cutlass::arch::fence_view_async_shared();
+    const int warpgroup = mma_thread / 128;
+    if (warpgroup == 0) {
+      cutlass::arch::NamedBarrier::sync(128, kQuantizeQWarpgroup0);
+    } else if (warpgroup == 1) {
+      cutlass::arch::NamedBarrier::sync(128, kQuantizeQWarpgroup1);
+    } else {
+      cutlass::arch::NamedBarrier::sync(128, kQuantizeQWarpgroup2);
+    }
+  }
+};
+
+}  // namespace fp8attn::sm90
