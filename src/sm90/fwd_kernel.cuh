@@ -147,27 +147,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // folds into it (with split-KV the combine applies it to the combined rows instead).
     float v_descale = args.v_descale.load(tile.batch, kv_head);
     if (args.output_scale != nullptr && !args.split_kv) { v_descale /= *args.output_scale; }
-    // The score multipliers: the softmax scale and the descales in the exponent, or with softcap in the tanh; a
-    // 16-bit Q's per-row scales multiply them per row half: a q16 kernel quantizes Q into sQ here (quantize_q.cuh).
-    auto make_softmax = [&]() {
-      if constexpr (Traits::kQ16) {
-        float q_row_scale[2] = {1.f, 1.f};
-        if (has_work) { QuantizeQ<Traits>::run(args, seq, tile.m_block, tile.head, mma_thread, smem, q_row_scale); }
-        using Scale = ScoreScale<true>;
-        if (args.softcap_tanh_scale != 0.f) {
-          const float a = args.softcap_tanh_scale * qk_descale;
-          return OnlineSoftmax<true>(Scale{{args.softcap_log2, args.softcap_log2}},
-                                     Scale{{a * q_row_scale[0], a * q_row_scale[1]}});
-        }
-        const float s = args.softmax_scale_log2 * qk_descale;
-        return OnlineSoftmax<true>(Scale{{s * q_row_scale[0], s * q_row_scale[1]}}, Scale{{0.f, 0.f}});
-      } else {
-        return args.softcap_tanh_scale != 0.f
-                   ? OnlineSoftmax<false>({args.softcap_log2}, {args.softcap_tanh_scale * qk_descale})
-                   : OnlineSoftmax<false>({args.softmax_scale_log2 * qk_descale}, {0.f});
-      }
-    };
-    OnlineSoftmax<Traits::kQ16> softmax = make_softmax();
+    // A q16 kernel quantizes its 16-bit Q into sQ here (quantize_q.cuh); its per-row scales join the softmax's.
+    if constexpr (Traits::kQ16) {
+      if (has_work) { QuantizeQ<Traits>::run(args, seq, tile.m_block, tile.head, mma_thread, smem); }
+    }
+    OnlineSoftmax softmax = args.softcap_tanh_scale != 0.f
+                                ? OnlineSoftmax(args.softcap_log2, args.softcap_tanh_scale * qk_descale)
+                                : OnlineSoftmax(args.softmax_scale_log2 * qk_descale, 0.f);
     typename MainloopMma<Traits>::FragmentO tOrO;
     clear(tOrO);
     if (has_work) {
@@ -188,7 +174,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       }
     }
     float o_scale[2], lse[2];
-    softmax.finalize(v_descale, sink_log2, o_scale, lse);
+    softmax.finalize(v_descale, sink_log2, q_row_scale_of<Traits>(smem), o_scale, lse);
     // Programmatic dependent launch: once every CTA is here, the split-KV combine may start launching; it waits
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
     // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/design.md, Measured

@@ -189,6 +189,9 @@ struct KernelTraits {
     typename PipelineVt::SharedStorage pipeline_vt;
     cutlass::arch::ClusterTransactionBarrier barrier_q;
     TileCoord scheduled_tile;  // the varlen schedule's tile, found once, for the epilogue
+    // q16 kernels: each tile row's Q scale (amax / 448, quantize_q.cuh); last, so that the E4M3 kernels' members
+    // keep their offsets.
+    float q_row_scale[kQ16 ? kBlockM : 1];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes * kCtasPerSm <= 227 * 1024, "shared memory over the SM90 limit for kCtasPerSm CTAs");

@@ -1,9 +1,10 @@
 // fp8attn SM90 forward, MMA warpgroups of the q16 kernels: a 16-bit Q (fp16 or bf16) quantized per row into sQ.
 //
 // Each (token, head) row gets its own scale amax(row) / 448: q_e4m3 = E4M3(q * 448 / amax), round to nearest
-// even. A row's scale multiplies every score of that row, so it folds into the row's softmax multiplier
-// (OnlineSoftmax<true>'s per-row-half scale_log2, or its tanh scale with softcap): one register per row half
-// through the KV loop, no instruction. A row of zeros gets scale 0: its scores are all 0, a uniform average over
+// even. A row's scale multiplies every score of that row, so it folds into the row's softmax multiplier (the
+// exponent's, or with softcap the tanh's): one multiply per row half and KV block. The scales wait in shared
+// memory and are read per KV block (load_q_row_scale): held in registers through the loop, they spilled the
+// 64-row d192 kernel (120 B at 255 registers). A row of zeros gets scale 0: its scores are all 0, a uniform average over
 // the visible keys, which is the exact answer (no 0 / 0). The CPU reference's emulation quantizes alike
 // (src/reference/attention.cpp).
 //
@@ -23,6 +24,7 @@
 #include "sm90/kernel_args.cuh"
 #include "sm90/pack_gqa.cuh"
 #include "sm90/ptx.cuh"
+#include "sm90/softmax.cuh"
 #include "sm90/utils.cuh"
 
 namespace fp8attn::sm90 {
@@ -39,10 +41,10 @@ struct QuantizeQ {
   static constexpr int kChunksPerThread = kChunksPerRow / 4;  // a quad shares a row
   static_assert(kChunksPerRow % 4 == 0, "head dims are multiples of 32");
 
-  // mma_thread: 0 .. kNumMmaThreads - 1. Writes this thread's share of its two rows into sQ and returns each row
-  // half's scale (amax / 448) in q_row_scale. Ends with the warpgroup's rows of sQ visible to its WGMMAs.
+  // mma_thread: 0 .. kNumMmaThreads - 1. Writes this thread's share of its two rows into sQ and the rows' scales
+  // (amax / 448) into smem.q_row_scale. Ends with the warpgroup's rows of sQ and scales visible to it.
   CUTE_DEVICE static void run(const FwdArgs& args, const SeqInfo& seq, int m_block, int cta_head, int mma_thread,
-                              typename Traits::SharedStorage& smem, float (&q_row_scale)[2]) {
+                              typename Traits::SharedStorage& smem) {
     const PackGqa pack(args);
     Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M, D) E4M3
     const int quad_lane = mma_thread % 4;
@@ -83,7 +85,7 @@ struct QuantizeQ {
       }
       amax = quad_allreduce_max(amax);
       // Correctly rounded divisions, as the reference's: the emulation then quantizes to the same bytes.
-      q_row_scale[h] = __fdiv_rn(amax, kE4m3Max);
+      if (quad_lane == 0) { smem.q_row_scale[accumulator_row(mma_thread, h)] = __fdiv_rn(amax, kE4m3Max); }
       const float to_e4m3 = amax > 0.f ? __fdiv_rn(kE4m3Max, amax) : 0.f;
       auto quantize = [&](uint32_t word) {  // two elements to two E4M3 bytes
         const float2 pair = to_float2(word);
@@ -110,5 +112,18 @@ struct QuantizeQ {
     }
   }
 };
+
+// This thread's two rows' Q scales (softmax.cuh): in the q16 kernels read from shared memory where used (once per
+// KV block); 1 for an E4M3 Q.
+template <class Traits>
+CUTE_DEVICE auto q_row_scale_of(const typename Traits::SharedStorage& smem) {
+  if constexpr (Traits::kQ16) {
+    const int thread = thread_idx_reread() - Traits::kNumProducerThreads;
+    return QRowScale{{ld_shared_volatile(&smem.q_row_scale[accumulator_row(thread, 0)]),
+                      ld_shared_volatile(&smem.q_row_scale[accumulator_row(thread, 1)])}};
+  } else {
+    return UniformRowScale{};
+  }
+}
 
 }  // namespace fp8attn::sm90

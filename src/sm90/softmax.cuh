@@ -22,38 +22,29 @@ constexpr float kFp8MaxOffset = 8.f;  // log2 of the P bias
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// A multiplier of the scores: one value for all rows (an E4M3 Q), or one per row half (kPerRow: a 16-bit Q
-// quantized per row, whose row scale amax / 448 multiplies every score of its row; quantize_q.cuh).
-template <bool kPerRow>
-struct ScoreScale {
-  float value;
-  CUTE_DEVICE float operator[](int) const { return value; }
-  CUTE_DEVICE bool nonzero() const { return value != 0.f; }
+// A 16-bit Q's per-row scale (amax / 448, quantize_q.cuh) multiplies every score of its row. Each softmax step
+// takes the scales of the thread's two rows: UniformRowScale (E4M3 Q: 1, which the compiler folds away, so the
+// E4M3 kernels compile as without it) or QRowScale (the q16 kernels: read from shared memory where used, once per
+// KV block, not held in registers through the loop, which the 64-row d192 kernel does not have).
+struct UniformRowScale {
+  CUTE_DEVICE float operator[](int) const { return 1.f; }
 };
-template <>
-struct ScoreScale<true> {
+struct QRowScale {
   float value[2];
   CUTE_DEVICE float operator[](int h) const { return value[h]; }
-  // Softcap is on when either row's tanh scale is nonzero. A row whose Q quantized to zeros (scale 0) has all
-  // scores 0 with or without the cap (tanh(0) = 0), so taking both rows uncapped when both are zero changes nothing.
-  CUTE_DEVICE bool nonzero() const { return value[0] != 0.f || value[1] != 0.f; }
 };
 
-// Per thread: the two accumulator rows it holds (row halves h = 0, 1 of its quad). kPerRowScale: the score
-// multipliers are per row half (the q16 kernels).
-template <bool kPerRowScale = false>
+// Per thread: the two accumulator rows it holds (row halves h = 0, 1 of its quad).
 struct OnlineSoftmax {
-  using Scale = ScoreScale<kPerRowScale>;
   float row_max[2];  // raw score units; -inf until a visible key is seen
   float row_sum[2];  // this thread's share of sum(P), relative to the current row_max
   float pv_sum[2];   // the whole row's sum of P rounded to E4M3, relative to the row_max of the folded blocks
-  Scale scale_log2;
-  Scale softcap_tanh_scale;  // 0: no softcap; else scores become tanh(score * this) (capped, see softcap())
+  float scale_log2;
+  float softcap_tanh_scale;  // 0: no softcap; else scores become tanh(score * this) (capped, see softcap())
 
   // scale_log2 multiplies the scores (raw, or capped) in the exponent. Softcap c: logit = c * tanh(s * a) with
-  // a = softmax_scale * descales / c, so the scores become t = tanh(s * a) and scale_log2 = c * log2(e). A
-  // 16-bit Q's row scale multiplies the raw scores: into scale_log2 without softcap, into a with it.
-  CUTE_DEVICE OnlineSoftmax(Scale scale_log2_, Scale softcap_tanh_scale_)
+  // a = softmax_scale * descales / c, so the scores become t = tanh(s * a) and scale_log2 = c * log2(e).
+  CUTE_DEVICE OnlineSoftmax(float scale_log2_, float softcap_tanh_scale_)
       : scale_log2(scale_log2_), softcap_tanh_scale(softcap_tanh_scale_) {
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
@@ -68,10 +59,18 @@ struct OnlineSoftmax {
   // (Traits::kSoftmaxRowHalvesInterleaved): kRowHalvesInterleaved = false takes row half 0's maximum and
   // exponentials, then row half 1's; true takes both maxima first (each as a tree of FMNMX), then the
   // exponentials of both halves interleaved. The instruction counts are equal; the order is ptxas's schedule.
-  template <bool kRowHalvesInterleaved, class TensorS>
-  CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
+  // The exponent's multiplier of row half h's scores: a row scale joins it when the scores are raw, the tanh's
+  // when they are capped (softcap()).
+  template <class RowScale>
+  CUTE_DEVICE float row_scale_log2(const RowScale& q_scale, int h) const {
+    return softcap_tanh_scale != 0.f ? scale_log2 : scale_log2 * q_scale[h];
+  }
+
+  template <bool kRowHalvesInterleaved, class TensorS, class RowScale>
+  CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2], const RowScale& q_scale) {
     using Acc = AccumulatorIndex;
     constexpr int kBlocks = decltype(size(tSrS))::value / Acc::kValuesPerBlock;  // n8 blocks
+    const float scale[2] = {row_scale_log2(q_scale, 0), row_scale_log2(q_scale, 1)};
     float exp_offset[2];  // m * scale_log2 - 8 per row half
     // The larger of the two scores of row half h in n8 block j.
     auto pair_max = [&](int h, int j) { return fmaxf(tSrS(Acc::of(0, h, j)), tSrS(Acc::of(1, h, j))); };
@@ -80,15 +79,15 @@ struct OnlineSoftmax {
       const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max));
       // A row with no visible key yet keeps -inf; use 0 as its reference so no -inf - -inf = NaN appears.
       const float max_ref = new_max == -INFINITY ? 0.f : new_max;
-      o_rescale[h] = exp2_approx((row_max[h] - max_ref) * scale_log2[h]);
+      o_rescale[h] = exp2_approx((row_max[h] - max_ref) * scale[h]);
       row_max[h] = new_max;
-      exp_offset[h] = max_ref * scale_log2[h] - kFp8MaxOffset;
+      exp_offset[h] = max_ref * scale[h] - kFp8MaxOffset;
     };
     auto exponentiate = [&](int h, int j, float& sum) {  // the n8 block j of row half h; its P added to sum
       CUTE_UNROLL
       for (int c = 0; c < 2; ++c) {
         float& s = tSrS(Acc::of(c, h, j));
-        s = exp2_approx(fmaf(s, scale_log2[h], -exp_offset[h]));
+        s = exp2_approx(fmaf(s, scale[h], -exp_offset[h]));
         sum += s;
       }
     };
@@ -131,13 +130,11 @@ struct OnlineSoftmax {
   // Softcap: one multiply and one MUFU.TANH per score, before the mask (a masked score must stay -inf, and
   // tanh(-inf) = -1 would not). The row maximum and the LSE are then of the capped logits / c, as the
   // exponent's scale_log2 = c * log2(e) expects.
-  CUTE_DEVICE bool capped() const { return softcap_tanh_scale.nonzero(); }
-  template <class TensorS>
-  CUTE_DEVICE void softcap(TensorS& tSrS) const {
+  template <class TensorS, class RowScale>
+  CUTE_DEVICE void softcap(TensorS& tSrS, const RowScale& q_scale) const {
+    const float scale[2] = {softcap_tanh_scale * q_scale[0], softcap_tanh_scale * q_scale[1]};
     CUTE_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) {
-      tSrS(i) = tanh_approx(tSrS(i) * softcap_tanh_scale[AccumulatorIndex::row_half(i)]);
-    }
+    for (int i = 0; i < size(tSrS); ++i) { tSrS(i) = tanh_approx(tSrS(i) * scale[AccumulatorIndex::row_half(i)]); }
   }
 
   // Folds one block's sum of rounded P (the same for every thread of the row) like O: sum * rescale + tile.
@@ -149,12 +146,14 @@ struct OnlineSoftmax {
   // After the last KV block: the per-row factor that turns O into the output (v_descale / sum, 0 for an
   // empty row) and the natural-log LSE. sink_log2[h] = sink * log2(e) of the row's q head, or -inf without a
   // sink. The sink joins the denominator only: exp(sink) relative to the reference point 2^(m*scale_log2 - 8) of P.
-  CUTE_DEVICE void finalize(float v_descale, const float (&sink_log2)[2], float (&o_scale)[2], float (&lse)[2]) const {
+  template <class RowScale>
+  CUTE_DEVICE void finalize(float v_descale, const float (&sink_log2)[2], const RowScale& q_scale, float (&o_scale)[2],
+                            float (&lse)[2]) const {
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       float sum = quad_allreduce_sum(row_sum[h]);
       float o_sum = pv_sum[h];
-      float reference = row_max[h] == -INFINITY ? -INFINITY : row_max[h] * scale_log2[h] - kFp8MaxOffset;
+      float reference = row_max[h] == -INFINITY ? -INFINITY : row_max[h] * row_scale_log2(q_scale, h) - kFp8MaxOffset;
       float factor = 1.f;
       if (sink_log2[h] != -INFINITY) {
         // Move the reference up if the sink dominates, so exp2 stays finite.
