@@ -121,16 +121,7 @@ struct Epilogue {
         char* out_row = static_cast<char*>(args.out) + out_offset_of(copy_target) * out_bytes;
         char* region = reinterpret_cast<char*>(smem.smem_vload.data()) + warpgroup * kStageRegionBytes;
         const int local_row[2] = {accumulator_row(mma_thread, 0) % 64, accumulator_row(mma_thread, 1) % 64};
-        // The warpgroup's own named barrier, its id an immediate (NamedBarrierId).
-        auto warpgroup_sync = [&]() {
-          if (warpgroup == 0) {
-            cutlass::arch::NamedBarrier::sync(128, kEpilogueWarpgroup0);
-          } else if (Traits::kNumMmaWarpgroups == 2 || warpgroup == 1) {
-            cutlass::arch::NamedBarrier::sync(128, kEpilogueWarpgroup1);
-          } else {
-            cutlass::arch::NamedBarrier::sync(128, kEpilogueWarpgroup2);
-          }
-        };
+        auto warpgroup_sync = [&]() { warpgroup_named_sync<Traits::kNumMmaWarpgroups, kEpilogueWarpgroup0>(warpgroup); };
         CUTE_UNROLL
         for (int pass = 0; pass < kStagePasses; ++pass) {
           if (pass > 0) {  // the previous pass's copies have read the rows

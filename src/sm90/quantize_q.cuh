@@ -102,14 +102,7 @@ struct QuantizeQ {
     }
     // Each MMA warpgroup's QK^T reads only its own 64 rows of sQ, through the async proxy.
     cutlass::arch::fence_view_async_shared();
-    const int warpgroup = mma_thread / 128;
-    if (warpgroup == 0) {
-      cutlass::arch::NamedBarrier::sync(128, kQuantizeQWarpgroup0);
-    } else if (warpgroup == 1) {
-      cutlass::arch::NamedBarrier::sync(128, kQuantizeQWarpgroup1);
-    } else {
-      cutlass::arch::NamedBarrier::sync(128, kQuantizeQWarpgroup2);
-    }
+    warpgroup_named_sync<Traits::kNumMmaWarpgroups, kQuantizeQWarpgroup0>(mma_thread / 128);
   }
 };
 

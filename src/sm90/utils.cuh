@@ -4,6 +4,7 @@
 #include <cute/tensor.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "sm90/ptx.cuh"
 
@@ -21,6 +22,19 @@ enum NamedBarrierId : uint32_t {
   kQuantizeQWarpgroup1 = 4,
   kQuantizeQWarpgroup2 = 5,
 };
+
+// Synchronizes the 128 threads of MMA warpgroup `warpgroup` (0-based) on its own barrier of a per-warpgroup triple
+// kFirst, kFirst + 1, kFirst + 2 (NamedBarrierId), each id an immediate at its call site.
+template <int kNumMmaWarpgroups, uint32_t kFirst>
+CUTE_DEVICE void warpgroup_named_sync(int warpgroup) {
+  if (warpgroup == 0) {
+    cutlass::arch::NamedBarrier::sync(128, kFirst);
+  } else if (kNumMmaWarpgroups == 2 || warpgroup == 1) {
+    cutlass::arch::NamedBarrier::sync(128, kFirst + 1);
+  } else {
+    cutlass::arch::NamedBarrier::sync(128, kFirst + 2);
+  }
+}
 
 // Reductions over the 4 threads of a quad, which together hold one accumulator row.
 CUTE_DEVICE float quad_allreduce_max(float x) {
