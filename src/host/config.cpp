@@ -197,7 +197,7 @@ KernelConfig select_config(const ProblemShape& problem) {
     c.pack_gqa = pack;
     c.key.varlen_schedule = varlen_schedule;
     const int64_t rows = int64_t(problem.max_seqlen_q) * (pack ? group : 1);
-    c.key.block_m = problem.q16         ? kQ16BlockM
+    c.key.block_m = single_kernel_per_head_dims(problem.q16, problem.head_dim_v) ? kSingleKernelBlockM
                     : varlen_schedule ? varlen_schedule_block_m(problem.head_dim, problem.head_dim_v)
                                       : block_m_for(rows, problem);
     c.key.block_n = block_n_for(c.key.block_m, problem.head_dim);
@@ -205,8 +205,8 @@ KernelConfig select_config(const ProblemShape& problem) {
   };
   choose_tiles(pack_pays(problem.max_seqlen_q, group));
   c.partial_rows = problem.total_q;
-  // The q16 kernels are direct-grid kernels only (src/kernels.list): a mixed call with a 16-bit Q runs on the grid.
-  if (!problem.q16 && c.num_m_blocks > 1 && lengths_differ(problem)) {
+  // The q16 and split-dv kernels are direct-grid kernels only (src/kernels.list): their mixed calls run on the grid.
+  if (!single_kernel_per_head_dims(problem.q16, problem.head_dim_v) && c.num_m_blocks > 1 && lengths_differ(problem)) {
     // The varlen schedule: one launch whose CTAs take the listed tiles, all heads of the last tile first (a
     // causal chunk's longest tiles; vLLM puts the prefill chunk after the decodes), no split: the decode rows
     // fill the machine beside the chunk's tiles. Sum over sequences of ceil(rows_b / block_m) is at most

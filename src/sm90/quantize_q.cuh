@@ -12,7 +12,9 @@
 // global memory, each thread a quarter of it in 16-byte chunks (chunk c + 4 i for quad lane c, so a quad reads
 // 64 contiguous bytes per load), all of its loads in flight at once: one round trip, as the E4M3 TMA, and no
 // staging buffer. The quad's max-reduction leaves the row's scale in exactly the threads whose softmax needs it.
-// PackGQA rows map to (token, q head) as everywhere (pack_gqa.cuh). Rows past the sequence are zeros.
+// PackGQA rows map to (token, q head) as everywhere (pack_gqa.cuh). Rows past the sequence are zeros. Split dv (d512):
+// the two MMA warpgroups share the tile's rows, so each takes one row half (its threads' rows r, or r + 8): a thread
+// then holds one row's quarter (64 registers at d512) instead of two (whose 128 spilled).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -39,20 +41,25 @@ struct QuantizeQ {
   static constexpr int kHeadDim = Traits::kHeadDim;
   static constexpr int kChunksPerRow = kHeadDim / 8;          // 16-byte chunks of 8 elements
   static constexpr int kChunksPerThread = kChunksPerRow / 4;  // a quad shares a row
+  static constexpr int kRowHalves = Traits::kSplitDv ? 1 : 2;     // rows per thread
   static_assert(kChunksPerRow % 4 == 0, "head dims are multiples of 32");
 
-  // mma_thread: 0 .. kNumMmaThreads - 1. Writes this thread's share of its two rows into sQ and the rows' scales
-  // (amax / 448) into smem.q_row_scale. Ends with the warpgroup's rows of sQ and scales visible to it.
+  // mma_thread: 0 .. kNumMmaThreads - 1. Writes this thread's share of its rows into sQ and the rows' scales
+  // (amax / 448) into smem.q_row_scale. Ends with the warpgroup's rows of sQ and scales visible to it (split dv: all
+  // rows, to both warpgroups).
   CUTE_DEVICE static void run(const FwdArgs& args, const SeqInfo& seq, int m_block, int cta_head, int mma_thread,
                               typename Traits::SharedStorage& smem) {
     const PackGqa pack(args);
     Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M, D) E4M3
     const int quad_lane = mma_thread % 4;
     const uint16_t* q = reinterpret_cast<const uint16_t*>(args.q);  // element strides are of the 16-bit type
-    uint4 chunk[2][kChunksPerThread];  // 8 elements each
+    const int thread = Traits::row_thread(mma_thread);
+    const int first_half = Traits::kSplitDv ? mma_thread / 128 : 0;
+    auto tile_row = [&](int r) { return accumulator_row(thread, first_half + r); };  // this thread's row r
+    uint4 chunk[kRowHalves][kChunksPerThread];  // 8 elements each
     CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const RowTarget target = pack.row_target(m_block * kBlockM + accumulator_row(mma_thread, h), cta_head);
+    for (int h = 0; h < kRowHalves; ++h) {
+      const RowTarget target = pack.row_target(m_block * kBlockM + tile_row(h), cta_head);
       const bool valid = target.token < seq.seqlen_q;
       const uint16_t* row = q + seq.tma_batch_q * args.q_batch_stride +
                             int64_t(seq.offset_q + target.token) * args.q_row_stride +
@@ -70,7 +77,7 @@ struct QuantizeQ {
                   : __half22float2(*reinterpret_cast<const __half2*>(&word));
     };
     CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kRowHalves; ++h) {
       float amax = 0.f;
       auto take_max = [&](uint32_t word) {  // two elements into amax
         const float2 pair = to_float2(word);
@@ -85,24 +92,28 @@ struct QuantizeQ {
       }
       amax = quad_allreduce_max(amax);
       // Correctly rounded divisions, as the reference's: the emulation then quantizes to the same bytes.
-      if (quad_lane == 0) { smem.q_row_scale[accumulator_row(mma_thread, h)] = __fdiv_rn(amax, kE4m3Max); }
+      if (quad_lane == 0) { smem.q_row_scale[tile_row(h)] = __fdiv_rn(amax, kE4m3Max); }
       const float to_e4m3 = amax > 0.f ? __fdiv_rn(kE4m3Max, amax) : 0.f;
       auto quantize = [&](uint32_t word) {  // two elements to two E4M3 bytes
         const float2 pair = to_float2(word);
         return pack_e4m3x2(pair.x * to_e4m3, pair.y * to_e4m3);
       };
-      const int tile_row = accumulator_row(mma_thread, h);
       CUTE_UNROLL
       for (int i = 0; i < kChunksPerThread; ++i) {
         const uint2 packed = make_uint2(quantize(chunk[h][i].x) | quantize(chunk[h][i].y) << 16,
                                         quantize(chunk[h][i].z) | quantize(chunk[h][i].w) << 16);
         // 8 E4M3 columns from a multiple of 8: inside one 16-byte unit of the swizzled row, so contiguous.
-        *reinterpret_cast<uint2*>(&sQ(tile_row, 8 * (quad_lane + 4 * i))) = packed;
+        *reinterpret_cast<uint2*>(&sQ(tile_row(h), 8 * (quad_lane + 4 * i))) = packed;
       }
     }
-    // Each MMA warpgroup's QK^T reads only its own 64 rows of sQ, through the async proxy.
+    // Each MMA warpgroup's QK^T reads only its own 64 rows of sQ, through the async proxy (split dv: the score
+    // warpgroup all of them, half written by the other warpgroup).
     cutlass::arch::fence_view_async_shared();
-    warpgroup_named_sync<Traits::kNumMmaWarpgroups, kQuantizeQWarpgroup0>(mma_thread / 128);
+    if constexpr (Traits::kSplitDv) {
+      cutlass::arch::NamedBarrier::sync(Traits::kNumMmaThreads, kQuantizeQSplitDv);
+    } else {
+      warpgroup_named_sync<Traits::kNumMmaWarpgroups, kQuantizeQWarpgroup0>(mma_thread / 128);
+    }
   }
 };
 
@@ -111,7 +122,7 @@ struct QuantizeQ {
 template <class Traits>
 CUTE_DEVICE auto q_row_scale_of(const typename Traits::SharedStorage& smem) {
   if constexpr (Traits::kQ16) {
-    const int thread = thread_idx_reread() - Traits::kNumProducerThreads;
+    const int thread = Traits::row_thread(thread_idx_reread() - Traits::kNumProducerThreads);
     return QRowScale{{ld_shared_volatile(&smem.q_row_scale[accumulator_row(thread, 0)]),
                       ld_shared_volatile(&smem.q_row_scale[accumulator_row(thread, 1)])}};
   } else {

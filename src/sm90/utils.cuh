@@ -21,6 +21,9 @@ enum NamedBarrierId : uint32_t {
   kQuantizeQWarpgroup0 = 3,  // one MMA warpgroup's rows of a 16-bit Q, quantized into sQ (quantize_q.cuh)
   kQuantizeQWarpgroup1 = 4,
   kQuantizeQWarpgroup2 = 5,
+  kSplitDvPFull = 6,   // split dv: the score warpgroup has written P and the row factors (mainloop_split_dv.cuh)
+  kSplitDvPEmpty = 7,  // split dv: the P V warpgroup has read them
+  kQuantizeQSplitDv = 8,  // split dv: both MMA warpgroups' rows of a 16-bit Q are in sQ (quantize_q.cuh)
 };
 
 // Synchronizes the 128 threads of MMA warpgroup `warpgroup` (0-based) on its own barrier of a per-warpgroup triple

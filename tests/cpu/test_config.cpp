@@ -220,9 +220,12 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (k.key.head_dim != c.d || k.key.head_dim_v != c.dv) e << " key head dims differ from the problem's;";
   if (k.key.block_n != fp8attn::block_n_for(k.key.block_m, c.d)) e << " block_n != block_n_for(block_m, d);";
   if (!k.key.two_level) e << " picked the single-level (test-only) kernel;";
-  // A 16-bit Q runs on the q16 kernels, 64-row direct-grid ones only (src/kernels.list); an E4M3 Q never does.
+  // A 16-bit Q runs on the q16 kernels, 64-row direct-grid ones only (src/kernels.list); an E4M3 Q never does. So
+  // does dv = 512 (split dv: two MMA warpgroups on one 64-row tile), with either Q.
   if (k.key.q16 != q16) e << " q16 kernel " << k.key.q16 << " for q16 " << q16 << ";";
-  if (q16 && (k.key.block_m != 64 || k.key.varlen_schedule)) e << " q16 kernel not a 64-row direct-grid kernel;";
+  const bool single_kernel = q16 || c.dv == 512;
+  if (single_kernel && (k.key.block_m != 64 || k.key.varlen_schedule))
+    e << " q16 or dv 512 kernel not a 64-row direct-grid kernel;";
   if (k.key.block_m != 64 && k.key.block_m != 128 && k.key.block_m != 192) e << " block_m not 64, 128 or 192;";
 
   // PackGQA: never without a group; always for GQA decode whose packed rows fit one 64-row tile.
@@ -240,7 +243,7 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   const bool tall_tile =
       rows > 64 && c.d <= 128 && c.dv <= 64 && span >= 8192 && 10 * rows >= 9 * 192 * ceil_div(rows, 192);
   const bool two_cta_prefill = c.d <= 128 && (c.dv <= 64 || (c.d <= 96 && c.dv <= 96 && c.seqlen_k <= 1024));
-  const int want_block_m = q16 ? 64 : tall_tile ? 192 : rows <= 64 || two_cta_prefill ? 64 : 128;
+  const int want_block_m = single_kernel ? 64 : tall_tile ? 192 : rows <= 64 || two_cta_prefill ? 64 : 128;
   // The varlen schedule takes 64-row tiles wherever they run two CTAs per SM (d, dv <= 128), 128 rows above.
   const int want_schedule_block_m = c.d <= 128 && c.dv <= 128 ? 64 : 128;
   if (k.key.block_m != (k.key.varlen_schedule ? want_schedule_block_m : want_block_m))
@@ -468,7 +471,8 @@ TEST(ConfigBlockM, LongerUses128Rows) {
                                    {1000, 32, 8}, {16384, 6, 6}, {16384, 8, 1}};
   for (const auto& hd : fp8attn::kSupportedHeadDims)
     for (const Long& s : longs) {
-      if (hd.second <= 64) continue;  // ConfigBlockM.NarrowOrShortPrefillUses64Rows
+      if (hd.second <= 64) continue;   // ConfigBlockM.NarrowOrShortPrefillUses64Rows
+      if (hd.second == 512) continue;  // ConfigSplitDv
       Case c;
       c.d = hd.first;
       c.dv = hd.second;
@@ -837,6 +841,52 @@ TEST(ConfigQ16, SixteenBitQTakesTheQ16KernelAt64Rows) {
   mixed.q_dtype = FP8ATTN_DTYPE_BF16;
   const KernelConfig km = config_of(mixed);
   EXPECT_TRUE(km.key.q16);
+  EXPECT_FALSE(km.key.varlen_schedule) << describe(km);
+  EXPECT_EQ(km.key.block_m, 64);
+  for (const Case& c : {decode, prefill, mixed}) {
+    const std::string err = check_config(c, problem_of(c), config_of(c));
+    EXPECT_TRUE(err.empty()) << describe(c) << ": " << err;
+  }
+}
+
+// Gemma-4's global layers (d = dv = 512; per TP4 rank 8 q heads on 1 kv head, or 32 on 4, 64-token pages): every call
+// on the split-dv kernel of its Q type, 64 x 64 tiles on the direct grid. Decode packs the q heads and splits the
+// keys over the SMs, prefill runs 64-row tiles, a mixed call stays on the direct grid.
+TEST(ConfigSplitDv, Gemma4GlobalLayersTake64x64DirectGridTiles) {
+  Case decode;  // 8 requests x 32k context, bf16 q
+  decode.d = decode.dv = 512;
+  decode.varlen = decode.paged = true;
+  decode.batch = 8;
+  decode.seqlen_q = 1;
+  decode.total_q = 8;
+  decode.seqlen_k = 32768;
+  decode.heads_q = 8;
+  decode.heads_kv = 1;
+  decode.q_dtype = FP8ATTN_DTYPE_BF16;
+  const KernelConfig kd = config_of(decode);
+  EXPECT_TRUE(kd.key.q16);
+  EXPECT_TRUE(kd.pack_gqa) << describe(kd);
+  EXPECT_EQ(kd.key.block_m, 64);
+  EXPECT_EQ(kd.key.block_n, 64);
+  EXPECT_GT(kd.num_splits, 1) << "8 CTAs on 132 SMs: the keys must be split, " << describe(kd);
+
+  Case prefill;  // 16k causal prefill, E4M3 q
+  prefill.d = prefill.dv = 512;
+  prefill.seqlen_q = prefill.seqlen_k = 16384;
+  prefill.heads_q = 8;
+  prefill.heads_kv = 1;
+  prefill.causal = true;
+  const KernelConfig kp = config_of(prefill);
+  EXPECT_FALSE(kp.key.q16);
+  EXPECT_EQ(kp.key.block_m, 64) << describe(kp);
+  EXPECT_EQ(kp.key.block_n, 64) << describe(kp);
+  EXPECT_EQ(kp.num_splits, 1) << describe(kp);
+
+  Case mixed = decode;  // a 2k chunk beside 40 decodes: no varlen-schedule kernel at dv = 512
+  mixed.batch = 41;
+  mixed.seqlen_q = 2048;
+  mixed.total_q = 2048 + 40;
+  const KernelConfig km = config_of(mixed);
   EXPECT_FALSE(km.key.varlen_schedule) << describe(km);
   EXPECT_EQ(km.key.block_m, 64);
   for (const Case& c : {decode, prefill, mixed}) {
