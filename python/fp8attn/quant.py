@@ -56,8 +56,9 @@ def use_fp8attn(
     True exactly when: the device is SM90 (Hopper: major 9), the KV cache is FP8 E4M3 ("fp8" or
     "fp8_e4m3"; E5M2 is not supported), Q is E4M3 or 16-bit (fp16 / bf16: the kernel quantizes it to E4M3
     per (token, head) row, so a layer that keeps a 16-bit Q beside its FP8 KV cache is served as it is),
-    (head_size, head_size_v) is in ``SUPPORTED_HEAD_SIZES`` (the pairs of src/kernels.list: 64/96/128/192/256
-    with equal V, and (192, 128)), the softcap is off or a finite value > 0 (Gemma-2's 50), and batch-invariant
+    (head_size, head_size_v) is in ``SUPPORTED_HEAD_SIZES`` (the pairs of src/kernels.list: 64/96/128/192/256/512
+    with equal V, and (192, 128); 512 is Gemma-4's global layers, whose K = V cache may be passed as one tensor for
+    both k and v: each KV tile is then read once), the softcap is off or a finite value > 0 (Gemma-2's 50), and batch-invariant
     mode is off (it needs fixed split counts that this path does not promise).
 
     Args:

@@ -12,7 +12,8 @@ namespace fp8attn::sm90 {
 
 using namespace cute;
 
-// The named barriers (bar.sync ids) the kernels use; CUTLASS's pipelines synchronize through mbarriers instead.
+// The named barriers (bar.sync ids, cutlass::arch::NamedBarrier's user ids 0-7: hardware barriers 8-15) the kernels
+// use; CUTLASS's pipelines synchronize through mbarriers instead.
 // Each id is an immediate at its call site: a register id makes ptxas reserve all 16.
 enum NamedBarrierId : uint32_t {
   kEpilogueWarpgroup0 = 0,  // one MMA warpgroup's staged output rows (epilogue.cuh), per warpgroup
@@ -23,8 +24,13 @@ enum NamedBarrierId : uint32_t {
   kQuantizeQWarpgroup2 = 5,
   kSplitDvPFull = 6,   // split dv: the score warpgroup has written P and the row factors (mainloop_split_dv.cuh)
   kSplitDvPEmpty = 7,  // split dv: the P V warpgroup has read them
-  kQuantizeQSplitDv = 8,  // split dv: both MMA warpgroups' rows of a 16-bit Q are in sQ (quantize_q.cuh)
+  // Split dv: both MMA warpgroups' rows of a 16-bit Q are in sQ (quantize_q.cuh). The split-dv kernels have no
+  // per-warpgroup quantizer barriers, so this one takes the first's id: CUTLASS's NamedBarrier offers 8 (0-7).
+  kQuantizeQSplitDv = kQuantizeQWarpgroup0,
 };
+static_assert(kSplitDvPEmpty < cutlass::arch::NamedBarrier::HardwareMaxNumNamedBarriers -
+                                 cutlass::arch::NamedBarrier::ReservedNamedBarrierCount,
+              "NamedBarrier user ids are 0-7");
 
 // Synchronizes the 128 threads of MMA warpgroup `warpgroup` (0-based) on its own barrier of a per-warpgroup triple
 // kFirst, kFirst + 1, kFirst + 2 (NamedBarrierId), each id an immediate at its call site.

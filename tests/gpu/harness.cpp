@@ -178,6 +178,8 @@ void check_case(const Case& c) {
   }
   if (c.kv_layers < 1) fail("kv_layers < 1");
   if (c.kv_layers > 1 && c.kv_rows == KvRows::kSeparate) fail("kv_layers > 1 needs row-halves K/V (kv_rows)");
+  if (c.kv_shared && (c.head_dim != c.head_dim_v || c.kv_rows != KvRows::kSeparate))
+    fail("kv_shared (v is k) needs d == dv and separate K/V rows");
   if (c.q_dtype != FP8ATTN_DTYPE_E4M3 && c.q_dtype != FP8ATTN_DTYPE_F16 && c.q_dtype != FP8ATTN_DTYPE_BF16)
     fail("q_dtype must be E4M3, F16 or BF16");
   if (c.q_dtype != FP8ATTN_DTYPE_E4M3 && c.descale_q != DescaleForm::kNone)
@@ -393,6 +395,7 @@ std::string Case::describe() const {
      << (seqused_k ? "+seqused_k" : "");
   if (kv == KvLayout::kPaged) os << " page_size=" << page_size << " spare_pages=" << spare_pages;
   if (kv_rows != KvRows::kSeparate) os << " kv_rows=" << kv_rows_label(kv_rows) << " kv_layers=" << kv_layers;
+  if (kv_shared) os << " kv_shared(v=k)";
   os << " spare_q_rows=" << spare_q_rows << " spare_k_rows=" << spare_k_rows << " extra_max_seqlen=" << extra_max_seqlen
      << " strided=" << strided << " causal=" << causal << " window=(" << window_left << "," << window_right << ")"
      << " descale(q,k,v)=" << descale_label(descale_q) << "," << descale_label(descale_k) << ","
@@ -650,11 +653,19 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
       for (int h = 0; h < hkv; ++h)
         for (int col = 0; col < d; ++col)
           buf.kv.host[buf.k_offset + key_row(b, j, false) + h * p.k_head_stride + col] = inputs.e4m3(0.0f, c.qk_std);
-  for (int b = 0; b < batch; ++b)
-    for (int j = 0; j < c.seqlens_k[b]; ++j)
-      for (int h = 0; h < hkv; ++h)
-        for (int col = 0; col < dv; ++col)
-          buf.kv.host[buf.v_offset + key_row(b, j, true) + h * p.v_head_stride + col] = inputs.e4m3(c.v_mean, c.v_std);
+  if (c.kv_shared) {
+    // v is k: the same bytes, address and strides (v_mean and v_std do not apply).
+    p.v_batch_stride = p.k_batch_stride;
+    p.v_row_stride = p.k_row_stride;
+    p.v_head_stride = p.k_head_stride;
+    buf.v_offset = buf.k_offset;
+  } else {
+    for (int b = 0; b < batch; ++b)
+      for (int j = 0; j < c.seqlens_k[b]; ++j)
+        for (int h = 0; h < hkv; ++h)
+          for (int col = 0; col < dv; ++col)
+            buf.kv.host[buf.v_offset + key_row(b, j, true) + h * p.v_head_stride + col] = inputs.e4m3(c.v_mean, c.v_std);
+  }
 
   // ---- descales in [0.5, 2], each in its own form ----
   auto make_descale = [&](DescaleForm form, Array* array, fp8attn_descale* descale) {

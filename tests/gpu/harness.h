@@ -91,6 +91,8 @@ struct Case {
   KvRows kv_rows = KvRows::kSeparate;  // row halves: K/V strides from it (strided then pads q/out/table only)
   int kv_layers = 1;  // row halves only: each unit sits among kv_layers - 1 other layers' NaN units (vLLM's
                       // layer-interleaved cache: the unit stride is kv_layers units; this layer is the middle one)
+  bool kv_shared = false;  // K = V: v is k itself, same address and strides (Gemma-4's global layers; d == dv,
+                           // separate rows only). The kernel then reads each tile once (FwdArgs::kv_shared).
 
   // ---- attention ----
   bool causal = false;

@@ -481,17 +481,79 @@ std::vector<NamedCase> sixteen_bit_q_cases() {
   return cases;
 }
 
+// K = V (v is k: same address and strides), as Gemma-4's global layers pass it: d512 with 64-token pages, 8 q heads on
+// 1 kv head and 32 on 4 (TP4 and TP1 ranks), a 16-bit q as vLLM passes it, and an E4M3 one; decode with splits,
+// speculative decode, a prefill chunk, a sliding window, sinks, and a batch mixing a chunk with decodes. The split-dv
+// kernel then loads each KV tile once and reads V from the K stage (producer_load.cuh). One d256 case: the other
+// kernels read K and V separately from the one tensor.
+std::vector<NamedCase> shared_kv_cases() {
+  std::vector<NamedCase> cases;
+  uint64_t seed = 50000;
+  for (fp8attn_dtype q_dtype : {FP8ATTN_DTYPE_BF16, FP8ATTN_DTYPE_E4M3}) {
+    const std::string label = std::string("d512_kv_shared_") + dtype_label(q_dtype) + "_q";
+    auto gemma_global = [&](int heads_q, int heads_kv, std::vector<int> q_tokens, std::vector<int> keys) {
+      Case c = paged_case(512, 512, heads_q, heads_kv, 64, std::move(q_tokens), std::move(keys), seed++);
+      set_vllm_decode(&c);
+      c.kv_shared = true;
+      c.q_dtype = q_dtype;
+      if (q_dtype != FP8ATTN_DTYPE_E4M3) {
+        c.descale_q = DescaleForm::kNone;
+        c.out_dtype = q_dtype;
+      }
+      return c;
+    };
+    {
+      Case c = gemma_global(8, 1, {1, 1, 1}, {4097, 1, 700});
+      c.num_splits = 32;
+      c.splits_exact = false;  // vLLM's ceiling
+      cases.push_back({label + "_decode_gqa8x1_splits32_ceiling", c});
+    }
+    {
+      Case c = gemma_global(32, 4, {1, 1}, {2048, 65});
+      c.num_splits = 5;
+      c.sink = SinkType::kBF16;
+      cases.push_back({label + "_decode_gqa32x4_splits5_sink", c});
+    }
+    {
+      Case c = gemma_global(8, 1, {4, 4}, {515, 64});
+      cases.push_back({label + "_specdec4_gqa8x1", c});
+    }
+    {
+      Case c = gemma_global(8, 1, {300}, {1000});
+      c.window_left = 255;
+      c.window_right = 0;
+      cases.push_back({label + "_chunk300_of_1000_w256", c});
+    }
+    {
+      Case c = gemma_global(8, 1, {1, 257, 1, 1}, {900, 257, 33, 2000});
+      c.varlen_q = true;
+      c.zero_q_rows = q_dtype == FP8ATTN_DTYPE_E4M3 ? 0 : 1;
+      cases.push_back({label + "_mixed_chunk257_beside_decodes", c});
+    }
+  }
+  {
+    Case c = paged_case(256, 256, 16, 2, 16, {1, 3}, {1100, 40}, seed++);
+    set_vllm_decode(&c);
+    c.kv_shared = true;
+    cases.push_back({"d256_kv_shared_e4m3_q_decode_gqa16x2", c});
+  }
+  return cases;
+}
+
 class KvCacheMatrix : public NamedCaseTest {};
 class KvCacheEdgeCases : public NamedCaseTest {};
 class KvCacheSixteenBitQ : public NamedCaseTest {};
+class KvCacheSharedKv : public NamedCaseTest {};
 
 TEST_P(KvCacheMatrix, MatchesReference) { Check(); }
 TEST_P(KvCacheEdgeCases, MatchesReference) { Check(); }
 TEST_P(KvCacheSixteenBitQ, MatchesReference) { Check(); }
+TEST_P(KvCacheSharedKv, MatchesReference) { Check(); }
 
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheMatrix, ::testing::ValuesIn(matrix_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheEdgeCases, ::testing::ValuesIn(edge_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheSixteenBitQ, ::testing::ValuesIn(sixteen_bit_q_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheSharedKv, ::testing::ValuesIn(shared_kv_cases()), case_name);
 
 }  // namespace
 }  // namespace fp8attn_test

@@ -32,10 +32,16 @@ def test_rejects_non_e4m3_cache(kv_cache_dtype: str) -> None:
     assert not use_fp8attn((9, 0), kv_cache_dtype, 128)
 
 
-@pytest.mark.parametrize("head_size,head_size_v", [(32, 32), (80, 80), (112, 112), (512, 512), (128, 64),
-                                                   (256, 128), (128, 192), (576, 512)])
+@pytest.mark.parametrize("head_size,head_size_v", [(32, 32), (80, 80), (112, 112), (512, 256), (128, 64),
+                                                   (256, 128), (128, 192), (576, 512), (1024, 1024)])
 def test_rejects_unsupported_head_sizes(head_size: int, head_size_v: int) -> None:
     assert not use_fp8attn((9, 0), "fp8", head_size, head_size_v)
+
+
+def test_gemma4_global_layers_are_served() -> None:
+    # d = dv = 512 with the 16-bit Q vLLM passes (issue 35), and with an E4M3 one.
+    assert use_fp8attn((9, 0), "fp8", 512, 512, q_dtype="bfloat16")
+    assert use_fp8attn((9, 0), "fp8_e4m3", 512)
 
 
 def test_head_size_v_defaults_to_head_size() -> None:
