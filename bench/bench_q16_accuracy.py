@@ -12,7 +12,7 @@ with amax(row) / 448 (src/sm90/quantize_q.cuh). This compares the three on the s
   rel_rms_pct (fp8attn, 16-bit q), static_per_tensor_rel_rms_pct (q_descale = amax / 448),
   uncalibrated_rel_rms_pct (q_descale = 1: q clamped to +-448 and rounded, as vLLM's quantization saturates).
 
-    python bench/bench_q16_accuracy.py [--d 128 256] [--keys 1024 4096 16384 32768] [--out PATH]
+    python bench/bench_q16_accuracy.py [--d 128 256 512] [--keys 1024 4096 16384 32768] [--out PATH]
 
 Writes bench/results/q16_accuracy.json; prints the table last.
 """
@@ -83,7 +83,7 @@ def measure_row(d: int, keys: int, device: torch.device, seed: int) -> dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--d", type=int, nargs="+", default=[128, 256])
+    parser.add_argument("--d", type=int, nargs="+", default=[128, 256, 512])
     parser.add_argument("--keys", type=int, nargs="+", default=[1024, 4096, 16384, 32768])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
