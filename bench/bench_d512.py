@@ -92,9 +92,10 @@ def bench_prefill_row(seqlen: int, causal: bool, flush: bc.L2Flush, args: argpar
 
     qt = q8.to(torch.bfloat16).transpose(1, 2).contiguous()  # SDPA wants [B, H, S, d]
     kvt = kv8.to(torch.bfloat16).transpose(1, 2).contiguous()
-    sdpa = sdpa_bf16(qt, kvt, kvt, causal, enable_gqa=True)
-    times = bc.time_implementations({"ours": ours, "sdpa_bf16": sdpa}, flush=flush, iters=args.iters,
-                                    optional={"sdpa_bf16"})
+    fns: dict[str, Callable[[], Any]] = {"ours": ours}
+    if not args.ours_only:
+        fns["sdpa_bf16"] = sdpa_bf16(qt, kvt, kvt, causal, enable_gqa=True)
+    times = bc.time_implementations(fns, flush=flush, iters=args.iters, optional={"sdpa_bf16"})
     ms = statistics.median(times["ours"])
     sdpa_ms = statistics.median(times["sdpa_bf16"]) if "sdpa_bf16" in times else None
     return {"kind": "prefill", "seqlen": seqlen, "causal": causal, "batch": batch, "q_heads": Q_HEADS,
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--skip-prefill", action="store_true")
+    parser.add_argument("--ours-only", action="store_true", help="time fp8attn alone (no SDPA): A/B runs (ab_libs.py)")
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
     args = parser.parse_args()
     device = bc.require_device()
