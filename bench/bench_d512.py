@@ -15,7 +15,8 @@ fp8attn on E4M3 q/k/v (k = v) against torch SDPA on the same values in bf16 (ena
 the same run (bench_common.time_implementations). TFLOP/s = 4 * sq * sk * 512 * heads * batch / time, halved for
 causal. The target: >= 600 TFLOP/s non-causal at 16k and at least SDPA bf16 everywhere.
 
-    python bench/bench_d512.py [--layers 4] [--iters 50] [--skip-prefill] [--skip-decode]
+    python bench/bench_d512.py [--layers 4] [--iters 50] [--skip-prefill] [--skip-decode] [--requests 8 128]
+        [--contexts 32768] [--seqlens 16384]
 
 Writes bench/results/d512.json ({"rows": [{"kind": "decode", "name", "us", "floor_us", "kv_MB"}, {"kind":
 "prefill", "seqlen", "causal", "tflops", "sdpa_bf16_tflops"}]}); prints the tables last.
@@ -45,7 +46,8 @@ MAX_SEQLEN_K = 32768
 NUM_SPLITS = 32
 HBM_BYTES_PER_S = 4.27e12
 PREFILL_TOKENS = 16384
-DECODE_STEPS = [(requests, context) for requests in (8, 32, 128) for context in (4096, 8192, 32768)]
+DECODE_REQUESTS = (8, 32, 128)
+DECODE_CONTEXTS = (4096, 8192, 32768)
 
 
 def decode_layer(requests: int, context: int, device: torch.device) -> Callable[[], Any]:
@@ -107,7 +109,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=4, help="layers (distinct caches) per captured decode graph")
     parser.add_argument("--iters", type=int, default=50, help="timed replays")
-    parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 4096, 16384], help="prefill lengths")
+    parser.add_argument("--requests", type=int, nargs="+", default=list(DECODE_REQUESTS), help="decode batch sizes")
+    parser.add_argument("--contexts", type=int, nargs="+", default=list(DECODE_CONTEXTS), help="decode context lengths")
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--skip-prefill", action="store_true")
     parser.add_argument("--ours-only", action="store_true", help="time fp8attn alone (no SDPA): A/B runs (ab_libs.py)")
@@ -117,7 +121,7 @@ def main() -> None:
     flush = bc.L2Flush(device)
     rows: list[dict[str, Any]] = []
     if not args.skip_decode:
-        for requests, context in DECODE_STEPS:
+        for requests, context in ((r, c) for r in args.requests for c in args.contexts):
             rows.append(bench_decode_step(requests, context, flush, args, device))
             print(f"{rows[-1]['name']}: {rows[-1]['us']:.1f} us, floor {rows[-1]['floor_us']:.1f} us", flush=True)
             torch.cuda.empty_cache()
