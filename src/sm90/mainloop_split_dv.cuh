@@ -215,23 +215,15 @@ struct MainloopSplitDv {
     }
   }
 
-  // P (tOrP, the RS A fragment) into sP at the slots it holds: word h + 2 kh + 4 kb of thread t is row
-  // accumulator_row(t, h), A slots 32 kb + 16 kh + 4 (t % 4) .. + 3 (utils.cuh, scores_to_pv_operand). Four slots
-  // from a multiple of 4 lie inside one 16-byte unit of the swizzled row: one 32-bit store each.
+  // P (tOrP, the RS A fragment) into sP at the slots it holds (p_word_position, utils.cuh). Four slots from a
+  // multiple of 4 lie inside one 16-byte unit of the swizzled row: one 32-bit store per word.
   template <class TensorSP, class TensorP>
   CUTE_DEVICE static void store_p(TensorSP& sP, TensorP const& tOrP, int thread) {
     Tensor tOrP_u32 = recast<uint32_t>(tOrP);
-    const int quad_lane = thread % 4;
     CUTE_UNROLL
-    for (int kb = 0; kb < kBlockN / 32; ++kb) {
-      CUTE_UNROLL
-      for (int kh = 0; kh < 2; ++kh) {
-        CUTE_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          *reinterpret_cast<uint32_t*>(&sP(accumulator_row(thread, h), 32 * kb + 16 * kh + 4 * quad_lane)) =
-              tOrP_u32(h + 2 * kh + 4 * kb);
-        }
-      }
+    for (int word = 0; word < size(tOrP_u32); ++word) {
+      const PWordPosition at = p_word_position(thread, word);
+      *reinterpret_cast<uint32_t*>(&sP(at.row, at.slot0)) = tOrP_u32(word);
     }
   }
 };

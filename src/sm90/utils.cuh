@@ -115,4 +115,15 @@ CUTE_HOST_DEVICE constexpr int accumulator_row(int mma_thread, int h) {
   return (mma_thread / 128) * 64 + ((mma_thread % 128) / 32) * 16 + (mma_thread % 32) / 4 + 8 * h;
 }
 
+// Where word `word` (4 FP8 A slots) of MMA thread mma_thread's P operand, in scores_to_pv_operand's order (word = h
+// + 2 kh + 4 kb), sits in the P tile: row accumulator_row(mma_thread, h), A slots slot0 .. slot0 + 3. The split-dv
+// kernels store P to shared memory by it (mainloop_split_dv.cuh); tests/cpu/test_p_operand_layout.cu checks it
+// against the RS WGMMA's A layout.
+struct PWordPosition {
+  int row, slot0;
+};
+CUTE_HOST_DEVICE constexpr PWordPosition p_word_position(int mma_thread, int word) {
+  return {accumulator_row(mma_thread, word % 2), 32 * (word / 4) + 16 * ((word / 2) % 2) + 4 * (mma_thread % 4)};
+}
+
 }  // namespace fp8attn::sm90
