@@ -653,6 +653,40 @@ def test_16bit_q_varlen_prefill(q_dtype: Any, causal: bool) -> None:
     reference.check_lse(lse, ref.lse, "16-bit q varlen prefill lse", score_magnitude=ref.score_magnitude)
 
 
+# ---- head dim 512 (issue 35): Gemma-4's global layers, the K = V cache passed as both k and v ----
+
+
+@pytest.mark.parametrize("q_tokens", [1, 4])
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, E4M3])
+def test_d512_paged_decode_k_is_v(q_dtype: Any, q_tokens: int) -> None:
+    # A global layer per GPU at TP4: 8 q heads on 1 kv head, 64-token pages in a shuffled cache, one E4M3 tensor as
+    # k and v (the kernel then reads each tile once), num_splits=32 as vLLM passes it under full CUDA graphs.
+    hq, hkv, d, page = 8, 1, 512, 64
+    contexts = [max(c, q_tokens) for c in (1, 70, 1025, 3001)]
+    batch = len(contexts)
+    pages = [math.ceil(c / page) for c in contexts]
+    cache = fp8_randn(sum(pages) + 3, page, hkv, d)
+    order = torch.randperm(cache.shape[0], device=CUDA).to(torch.int32)
+    table = torch.zeros(batch, max(pages) + 2, dtype=torch.int32, device=CUDA)
+    starts = itertools.accumulate([0] + pages)
+    for b, (start, n) in enumerate(zip(starts, pages)):
+        table[b, :n] = order[start:start + n]
+    seqused = torch.tensor(contexts, dtype=torch.int32, device=CUDA)
+    total_q = batch * q_tokens
+    q = fp8_randn(total_q, hq, d) if q_dtype == E4M3 else torch.randn(total_q, hq, d, device=CUDA).to(q_dtype)
+    cu_q = cu_seqlens([q_tokens] * batch)
+    out, lse = run(lambda: fp8attn.flash_attn_varlen_func(
+        q=q, k=cache, v=cache, max_seqlen_q=q_tokens, cu_seqlens_q=cu_q, max_seqlen_k=page * table.shape[1],
+        seqused_k=seqused, softmax_scale=d ** -0.5, causal=True, block_table=table, return_softmax_lse=True,
+        num_splits=32))
+    torch.cuda.synchronize()
+    assert out.dtype == torch.bfloat16 and out.shape == (total_q, hq, d)
+    ref = reference.varlen_reference(q, cache, cache, cu_q, seqused_k=seqused, block_table=table,
+                                     softmax_scale=d ** -0.5, causal=True, out_dtype=torch.bfloat16)
+    reference.check_output(out, ref, f"d512 K = V paged decode, q {q_dtype}, {q_tokens} tokens")
+    reference.check_lse(lse, ref.lse, "d512 K = V paged decode lse", score_magnitude=ref.score_magnitude)
+
+
 def test_16bit_q_named_errors() -> None:
     q = torch.randn(2, 64, 8, 128, device=CUDA).to(torch.bfloat16)
     k, v = fp8_randn(2, 100, 2, 128), fp8_randn(2, 100, 2, 128)
