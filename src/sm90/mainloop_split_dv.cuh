@@ -12,7 +12,9 @@
 // "P full"; the P V warpgroup waits on it, runs its chunks, and arrives on "P empty" once its GEMMs have read sP.
 // One P buffer suffices: the P V warpgroup's work per block (half of P V) is a third of the score warpgroup's (Q K^T
 // and the other half), so it frees sP before the next block's P is ready. After the last block the same hand-over
-// carries the output scale (1 / row sum, from OnlineSoftmax::finalize) instead of a rescale factor.
+// carries the output scale (1 / row sum, from OnlineSoftmax::finalize) instead of a rescale factor. The factors go
+// through volatile shared-memory accesses: CUTLASS's named-barrier asm has no memory clobber, so plain ones could be
+// moved across it.
 // docs/design.md section 8 has the budget (shared memory, registers, bytes per KV token).
 #pragma once
 
@@ -127,8 +129,8 @@ struct MainloopSplitDv {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
       store_p(sP, tOrP, thread);
       if (thread % 4 == 0) {
-        smem.split_dv_row_factor[row[0]] = rescale[0];
-        smem.split_dv_row_factor[row[1]] = rescale[1];
+        st_shared_volatile(&smem.split_dv_row_factor[row[0]], rescale[0]);
+        st_shared_volatile(&smem.split_dv_row_factor[row[1]], rescale[1]);
       }
       cutlass::arch::fence_view_async_shared();  // the other warpgroup's WGMMA reads sP through the async proxy
       cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPFull);
@@ -175,7 +177,8 @@ struct MainloopSplitDv {
     PipelineState vt_state;
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
-      const float rescale[2] = {smem.split_dv_row_factor[row[0]], smem.split_dv_row_factor[row[1]]};
+      const float rescale[2] = {ld_shared_volatile(&smem.split_dv_row_factor[row[0]]),
+                                ld_shared_volatile(&smem.split_dv_row_factor[row[1]])};
       pipeline_vt.consumer_wait(vt_state);
       CUTE_UNROLL
       for (int chunk = 0; chunk < kNumPvChunks; ++chunk) {
@@ -204,14 +207,14 @@ struct MainloopSplitDv {
     if (mma_thread < 128) {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
       if (thread % 4 == 0) {
-        smem.split_dv_row_factor[row[0]] = o_scale[0];
-        smem.split_dv_row_factor[row[1]] = o_scale[1];
+        st_shared_volatile(&smem.split_dv_row_factor[row[0]], o_scale[0]);
+        st_shared_volatile(&smem.split_dv_row_factor[row[1]], o_scale[1]);
       }
       cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPFull);
     } else {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
-      o_scale[0] = smem.split_dv_row_factor[row[0]];
-      o_scale[1] = smem.split_dv_row_factor[row[1]];
+      o_scale[0] = ld_shared_volatile(&smem.split_dv_row_factor[row[0]]);
+      o_scale[1] = ld_shared_volatile(&smem.split_dv_row_factor[row[1]]);
     }
   }
 

@@ -47,6 +47,12 @@ CUTE_DEVICE float ld_shared_volatile(const float* address) {
   return value;
 }
 
+// A float into shared memory as a volatile store: kept in program order with the named-barrier asm around it (the
+// split-dv hand-over, mainloop_split_dv.cuh, whose barriers carry no memory clobber).
+CUTE_DEVICE void st_shared_volatile(float* address, float value) {
+  asm volatile("st.shared.f32 [%0], %1;" : : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(address))), "f"(value));
+}
+
 // Two fp32 values to two E4M3 bytes (lo in the low byte), round-to-nearest-even, saturating at 448.
 CUTE_DEVICE uint32_t pack_e4m3x2(float lo, float hi) {
   uint16_t packed;
