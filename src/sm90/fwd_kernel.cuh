@@ -173,7 +173,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
           if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
           Mainloop::run_score_warpgroup(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
         } else {
-          Mainloop::start_pv_warpgroup();
           Mainloop::run_pv_warpgroup(smem, pipeline_vt, range, mma_thread - 128, tOrO);
         }
       } else {

@@ -12,9 +12,8 @@
 // "P full"; the P V warpgroup waits on it, runs its chunks, and arrives on "P empty" once its GEMMs have read sP.
 // One P buffer suffices: the P V warpgroup's work per block (half of P V) is a third of the score warpgroup's (Q K^T
 // and the other half), so it frees sP before the next block's P is ready. After the last block the same hand-over
-// carries the output scale (1 / row sum, from OnlineSoftmax::finalize) instead of a rescale factor. The factors go
-// through volatile shared-memory accesses: CUTLASS's named-barrier asm has no memory clobber, so plain ones could be
-// moved across it.
+// carries the output scale (1 / row sum, from OnlineSoftmax::finalize) instead of a rescale factor (put_row_factors,
+// get_row_factors).
 // docs/design.md section 8 has the budget (shared memory, registers, bytes per KV token).
 #pragma once
 
@@ -71,8 +70,18 @@ struct MainloopSplitDv {
     }
   }
 
-  // The P V warpgroup starts with sP free: the score warpgroup's first wait on "P empty" passes.
-  CUTE_DEVICE static void start_pv_warpgroup() { cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPEmpty); }
+  // The hand-over's per-row factors (a block's rescale, or the output scale) of this thread's two rows (warpgroup
+  // thread 0..127): written by the quad's first thread, read by every thread of the other warpgroup's quad. Volatile
+  // accesses: CUTLASS's named-barrier asm has no memory clobber, so plain ones could be moved across it.
+  CUTE_DEVICE static void put_row_factors(SharedStorage& smem, int thread, const float (&factor)[2]) {
+    if (thread % 4 != 0) { return; }
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) { st_shared_volatile(&smem.split_dv_row_factor[accumulator_row(thread, h)], factor[h]); }
+  }
+  CUTE_DEVICE static void get_row_factors(const SharedStorage& smem, int thread, float (&factor)[2]) {
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) { factor[h] = ld_shared_volatile(&smem.split_dv_row_factor[accumulator_row(thread, h)]); }
+  }
 
   // Score warpgroup (thread 0..127): the KV loop for one query tile; its O half is left unnormalised (scaled by 2^8
   // like the row sums). The range must not be empty.
@@ -98,7 +107,6 @@ struct MainloopSplitDv {
     Tensor tOrP = make_tensor<Element>(partition_shape_A(tiled_mma_pv, Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_K)
     Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvChunk>>{});  // (MMA, MMA_M, 1) fp32
     Tensor tOrPvSum = partition_fragment_C(tiled_mma_pv_sum, Shape<Int<kBlockM>, _8>{});  // (MMA, MMA_M, 1) fp32
-    const int row[2] = {accumulator_row(thread, 0), accumulator_row(thread, 1)};
 
     PipelineState k_state;
     PipelineState vt_state;
@@ -128,10 +136,7 @@ struct MainloopSplitDv {
       // Hand P and the rescale factors to the P V warpgroup.
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
       store_p(sP, tOrP, thread);
-      if (thread % 4 == 0) {
-        st_shared_volatile(&smem.split_dv_row_factor[row[0]], rescale[0]);
-        st_shared_volatile(&smem.split_dv_row_factor[row[1]], rescale[1]);
-      }
+      put_row_factors(smem, thread, rescale);
       cutlass::arch::fence_view_async_shared();  // the other warpgroup's WGMMA reads sP through the async proxy
       cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPFull);
 
@@ -164,7 +169,7 @@ struct MainloopSplitDv {
   }
 
   // P V warpgroup (thread 0..127 of the second MMA warpgroup): its O half over the same blocks, from the P and the
-  // rescale factors the score warpgroup hands over. Called after start_pv_warpgroup().
+  // rescale factors the score warpgroup hands over.
   CUTE_DEVICE static void run_pv_warpgroup(SharedStorage& smem, PipelineVt& pipeline_vt, KvBlockRange range, int thread,
                                            FragmentO& tOrO) {
     typename Traits::TiledMmaPvFromSmem tiled_mma_pv;
@@ -172,13 +177,14 @@ struct MainloopSplitDv {
     Tensor sP = make_tensor(make_smem_ptr(smem.smem_p.data()), typename Traits::SmemLayoutP{});  // (BLK_M, BLK_N)
     Tensor tOsP = thr_mma_pv.partition_fragment_A(sP);  // (MMA, MMA_M, MMA_K) descriptors
     Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvChunk>>{});  // (MMA, MMA_M, 1) fp32
-    const int row[2] = {accumulator_row(thread, 0), accumulator_row(thread, 1)};
 
+    // sP starts free: the score warpgroup's first wait on "P empty" passes.
+    cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPEmpty);
     PipelineState vt_state;
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
-      const float rescale[2] = {ld_shared_volatile(&smem.split_dv_row_factor[row[0]]),
-                                ld_shared_volatile(&smem.split_dv_row_factor[row[1]])};
+      float rescale[2];
+      get_row_factors(smem, thread, rescale);
       pipeline_vt.consumer_wait(vt_state);
       CUTE_UNROLL
       for (int chunk = 0; chunk < kNumPvChunks; ++chunk) {
@@ -203,18 +209,13 @@ struct MainloopSplitDv {
   // P V warpgroup, through the last hand-over; its own o_scale is unchanged.
   CUTE_DEVICE static void share_output_scale(SharedStorage& smem, int mma_thread, float (&o_scale)[2]) {
     const int thread = mma_thread % 128;
-    const int row[2] = {accumulator_row(thread, 0), accumulator_row(thread, 1)};
     if (mma_thread < 128) {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
-      if (thread % 4 == 0) {
-        st_shared_volatile(&smem.split_dv_row_factor[row[0]], o_scale[0]);
-        st_shared_volatile(&smem.split_dv_row_factor[row[1]], o_scale[1]);
-      }
+      put_row_factors(smem, thread, o_scale);
       cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPFull);
     } else {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
-      o_scale[0] = ld_shared_volatile(&smem.split_dv_row_factor[row[0]]);
-      o_scale[1] = ld_shared_volatile(&smem.split_dv_row_factor[row[1]]);
+      get_row_factors(smem, thread, o_scale);
     }
   }
 
