@@ -6,10 +6,14 @@
 // half, with P from shared memory. Both GEMMs stay FP8 WGMMA and two-level: each 64-column chunk of a block's P V
 // starts from zero in a tile accumulator and is folded into O on the CUDA cores (mainloop_mma.cuh says why).
 //
-// The hand-over, per KV block: the score warpgroup waits until the P V warpgroup has finished reading the previous
-// block's P ("P empty"), writes P (E4M3, K-major, the A slots in its own register order, which V^T's key slots
-// follow: scores_to_pv_operand) into sP and each row's O rescale factor into split_dv_row_factor, and arrives on
-// "P full"; the P V warpgroup waits on it, runs its chunks, and arrives on "P empty" once its GEMMs have read sP.
+// The hand-over, per KV block, at two named barriers that all 256 threads of both warpgroups sync on: at "P empty"
+// the P V warpgroup has finished reading the previous block's P; the score warpgroup then writes P (E4M3, K-major,
+// the A slots in its own register order, which V^T's key slots follow: scores_to_pv_operand) into sP and each row's
+// O rescale factor into split_dv_row_factor, and both meet at "P full", after which the P V warpgroup runs its
+// chunks. Both sides sync rather than one arriving: each would wait for the other's next step anyway (the P V
+// warpgroup has nothing to do until the next P; the score warpgroup's "P full" finds it already waiting), and
+// with the arrive form compute-sanitizer's racecheck reported hazards between the factors' stores and loads (run
+// of 2026-12-05; a tool that does not follow bar.arrive's ordering, or a real race: the sync form settles both).
 // One P buffer suffices: the P V warpgroup's work per block (half of P V) is a third of the score warpgroup's (Q K^T
 // and the other half), so it frees sP before the next block's P is ready. After the last block the same hand-over
 // carries the output scale (1 / row sum, from OnlineSoftmax::finalize) instead of a rescale factor (put_row_factors,
@@ -138,7 +142,7 @@ struct MainloopSplitDv {
       store_p(sP, tOrP, thread);
       put_row_factors(smem, thread, rescale);
       cutlass::arch::fence_view_async_shared();  // the other warpgroup's WGMMA reads sP through the async proxy
-      cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPFull);
+      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
 
       // This warpgroup's half of P V, chunk by chunk, then P x ones.
       pipeline_vt.consumer_wait(vt_state);
@@ -178,8 +182,8 @@ struct MainloopSplitDv {
     Tensor tOsP = thr_mma_pv.partition_fragment_A(sP);  // (MMA, MMA_M, MMA_K) descriptors
     Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvChunk>>{});  // (MMA, MMA_M, 1) fp32
 
-    // sP starts free: the score warpgroup's first wait on "P empty" passes.
-    cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPEmpty);
+    // sP starts free: the first "P empty" lets the score warpgroup write.
+    cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
     PipelineState vt_state;
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
@@ -196,12 +200,12 @@ struct MainloopSplitDv {
         warpgroup_commit_batch();
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrOTile);
-        // sP and the factors are read: the score warpgroup may write the next block's.
-        if (chunk == kNumPvChunks - 1) { cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPEmpty); }
         fold(tOrO, chunk, rescale, tOrOTile);
       }
       pipeline_vt.consumer_release(vt_state);
       ++vt_state;
+      // sP and the factors are read (every chunk's GEMM has completed): the score warpgroup may write the next block's.
+      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
     }
   }
 
@@ -212,7 +216,7 @@ struct MainloopSplitDv {
     if (mma_thread < 128) {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
       put_row_factors(smem, thread, o_scale);
-      cutlass::arch::NamedBarrier::arrive(kThreadsBoth, kSplitDvPFull);
+      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
     } else {
       cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
       get_row_factors(smem, thread, o_scale);

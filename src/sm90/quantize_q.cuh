@@ -4,8 +4,9 @@
 // even. A row's scale multiplies every score of that row, so it folds into the row's softmax multiplier (the
 // exponent's, or with softcap the tanh's): one multiply per row half and KV block. The scales wait in shared
 // memory and are read per KV block (load_q_row_scale): held in registers through the loop, they spilled the
-// 64-row d192 kernel (120 B at 255 registers). A row of zeros gets scale 0: its scores are all 0, a uniform average over
-// the visible keys, which is the exact answer (no 0 / 0). The CPU reference's emulation quantizes alike
+// 64-row d192 kernel (120 B at 255 registers). A row of zeros stays zeros with scale 1: its scores are all 0, a uniform
+// average over the visible keys, which is the exact answer (no 0 / 0). Scale 0 would be wrong: a masked score is -inf,
+// and -inf * 0 in the exponent is NaN (run of 2026-12-05). The CPU reference's emulation quantizes alike
 // (src/reference/attention.cpp).
 //
 // Who loads: the thread quad that holds a row's accumulator values (accumulator_row) loads that row straight from
@@ -92,7 +93,7 @@ struct QuantizeQ {
       }
       amax = quad_allreduce_max(amax);
       // Correctly rounded divisions, as the reference's: the emulation then quantizes to the same bytes.
-      if (quad_lane == 0) { smem.q_row_scale[tile_row(h)] = __fdiv_rn(amax, kE4m3Max); }
+      if (quad_lane == 0) { smem.q_row_scale[tile_row(h)] = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f; }
       const float to_e4m3 = amax > 0.f ? __fdiv_rn(kE4m3Max, amax) : 0.f;
       auto quantize = [&](uint32_t word) {  // two elements to two E4M3 bytes
         const float2 pair = to_float2(word);

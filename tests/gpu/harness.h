@@ -120,7 +120,7 @@ struct Case {
   // takes no q_descale (descale_q must be kNone). Its strides stay in elements (of 2 bytes).
   fp8attn_dtype q_dtype = FP8ATTN_DTYPE_E4M3;
   // The first zero_q_rows query rows of every sequence are all zeros in every head (their values are still drawn,
-  // so the other inputs do not move): a 16-bit q row of zeros has scale 0, and its output is the mean of the V
+  // so the other inputs do not move): a 16-bit q row of zeros has scale 1, and its output is the mean of the V
   // rows it sees.
   int zero_q_rows = 0;
   float qk_std = 1.0f;

@@ -403,7 +403,7 @@ std::vector<NamedCase> softcap_and_fp8_out_cases() {
 // 16-bit q (issue 35): fp16 and bf16 q over E4M3 K/V, quantized per (token, head) row by the kernel, at every
 // head-dim pair. Per pair and dtype: a dense causal prefill written in q's dtype, and a varlen prefill with a
 // causal sliding window, a bf16 sink, padded strides, an E4M3 out and rows of zeros (the first two of each sequence:
-// scale 0, the mean of the V rows they see, never NaN). The serving calls (paged decode, PackGQA, splits, softcap)
+// scale 1, the mean of the V rows they see, never NaN; masked keys beside them). The serving calls (paged decode, PackGQA, splits, softcap)
 // are test_kvcache.cpp's KvCacheSixteenBitQ.
 std::vector<NamedCase> sixteen_bit_q_cases() {
   std::vector<NamedCase> cases;

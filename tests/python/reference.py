@@ -48,12 +48,13 @@ def decode(x: Tensor) -> Tensor:
 def quantize_q_rows(q: Tensor) -> tuple[Tensor, Tensor]:
     """A 16-bit q [Sq, Hq, d] as the kernel quantizes it: (E4M3(q * 448 / amax) decoded to float64, the row scales
     amax / 448 [Sq, Hq, 1]), one per (token, head) row, in fp32 as the kernel computes them. A row of zeros stays
-    zero with scale 0: its scores are 0, a uniform average, never NaN."""
+    zero with scale 1 (as the kernel's: scale 0 would turn a masked -inf score into NaN): its scores are 0, a
+    uniform average, never NaN."""
     q32 = q.detach().float()
     amax = q32.abs().amax(dim=-1, keepdim=True)
     to_e4m3 = torch.where(amax > 0, E4M3_MAX / amax, torch.zeros_like(amax))
     values = (q32 * to_e4m3).to(torch.float8_e4m3fn).double()
-    return values, (amax / E4M3_MAX).double()
+    return values, torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax)).double()
 
 
 def visible_mask(seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[int, int],

@@ -638,7 +638,7 @@ def test_16bit_q_varlen_prefill(q_dtype: Any, causal: bool) -> None:
     lens_q = [lq for lq, _ in PREFILL_LENGTHS]
     lens_k = [lk for _, lk in PREFILL_LENGTHS]
     q = torch.randn(sum(lens_q), hq, d, device=CUDA).to(q_dtype)
-    q[1, 3] = 0  # a row of zeros: its scale is 0, its output the mean of the V rows it sees
+    q[1, 3] = 0  # a row of zeros: its scale is 1, its output the mean of the V rows it sees
     k, v = fp8_randn(sum(lens_k), hkv, d), fp8_randn(sum(lens_k), hkv, d)
     cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
     ks, vs = descales("dense", len(lens_q), hkv), descales("expand01", len(lens_q), hkv)
