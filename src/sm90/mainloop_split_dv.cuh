@@ -77,10 +77,14 @@ struct MainloopSplitDv {
   // The hand-over's per-row factors (a block's rescale, or the output scale) of this thread's two rows (warpgroup
   // thread 0..127): written by the quad's first thread, read by every thread of the other warpgroup's quad. Volatile
   // accesses: CUTLASS's named-barrier asm has no memory clobber, so plain ones could be moved across it.
+  // The warp reconverges before returning: the named barrier that follows is warp-aligned (bar.sync), and synccheck
+  // reported the divergent form (2026-12-05).
   CUTE_DEVICE static void put_row_factors(SharedStorage& smem, int thread, const float (&factor)[2]) {
-    if (thread % 4 != 0) { return; }
-    CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) { st_shared_volatile(&smem.split_dv_row_factor[accumulator_row(thread, h)], factor[h]); }
+    if (thread % 4 == 0) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) { st_shared_volatile(&smem.split_dv_row_factor[accumulator_row(thread, h)], factor[h]); }
+    }
+    __syncwarp();
   }
   CUTE_DEVICE static void get_row_factors(const SharedStorage& smem, int thread, float (&factor)[2]) {
     CUTE_UNROLL

@@ -83,6 +83,9 @@ class Reference:
     # 2^-13 of this magnitude and the LSE inherits it (the output mostly does not: a row's scores shift
     # together). check_lse allows 2^-11 of it, as the C++ harness does (tests/gpu/harness.cpp).
     score_magnitude: Tensor
+    # [Hq, Sq]: the LSE of the scores the kernel computes from (a 16-bit q's quantized rows; else the same as lse):
+    # its distance to lse is the LSE's error bar, as the C++ harness's (twice the emulation's error).
+    emul_lse: Tensor
 
 
 def attention_one(
@@ -114,6 +117,10 @@ def attention_one(
         sink_col = sink.detach().to(scores.device, torch.float64).reshape(num_heads_q, 1, 1).expand(-1, seqlen_q, 1)
         logits = torch.cat([scores, sink_col], dim=-1)
     lse = torch.logsumexp(logits, dim=-1)  # [Hq, Sq]
+    emul_lse = lse
+    if emul_scores is not scores:
+        emul_logits = emul_scores if sink is None else torch.cat([emul_scores, logits[..., -1:]], dim=-1)
+        emul_lse = torch.logsumexp(emul_logits, dim=-1)
     empty = torch.isneginf(lse)
     probs = torch.exp(scores - lse.unsqueeze(-1)).masked_fill(empty.unsqueeze(-1), 0.0)
     out = torch.einsum("hqk,khd->qhd", probs, vf)
@@ -133,7 +140,7 @@ def attention_one(
         denom = denom + torch.exp(sink.detach().to(scores.device, torch.float32).reshape(num_heads_q, 1, 1) - row_max)
     emul = torch.einsum("hqk,khd->qhd", p8, vf.float())
     emul = emul / (P_OFFSET * denom.clamp(min=torch.finfo(torch.float32).tiny)).permute(1, 0, 2)
-    return Reference(out=out, lse=lse, emul=emul.to(out_dtype), score_magnitude=score_magnitude)
+    return Reference(out=out, lse=lse, emul=emul.to(out_dtype), score_magnitude=score_magnitude, emul_lse=emul_lse)
 
 
 def gather_keys(cache: Tensor, block_table_row: Tensor, seqlen: int) -> Tensor:
@@ -160,7 +167,7 @@ def varlen_reference(
     qd, kd, vd = (descale_table(t, batch, num_heads_kv, q.device) for t in (q_descale, k_descale, v_descale))
     used = seqused_k.tolist() if seqused_k is not None else None
     cu_k = cu_seqlens_k.tolist() if cu_seqlens_k is not None else None
-    outs, lses, emuls, magnitudes = [], [], [], []
+    outs, lses, emuls, magnitudes, emul_lses = [], [], [], [], []
     for b in range(batch):
         qb = q[cu_q[b]:cu_q[b + 1]]
         if block_table is not None:
@@ -175,8 +182,9 @@ def varlen_reference(
         lses.append(r.lse)
         emuls.append(r.emul)
         magnitudes.append(r.score_magnitude)
+        emul_lses.append(r.emul_lse)
     return Reference(out=torch.cat(outs), lse=torch.cat(lses, dim=1), emul=torch.cat(emuls),
-                     score_magnitude=torch.cat(magnitudes, dim=1))
+                     score_magnitude=torch.cat(magnitudes, dim=1), emul_lse=torch.cat(emul_lses, dim=1))
 
 
 def ulp_bf16(x: float) -> float:
@@ -213,9 +221,10 @@ def check_output(out: Tensor, ref: Reference, what: str) -> dict[str, float]:
 
 
 def check_lse(lse: Tensor, ref_lse: Tensor, what: str, atol: float = 2e-3,
-              score_magnitude: Optional[Tensor] = None) -> None:
+              score_magnitude: Optional[Tensor] = None, emul_lse: Optional[Tensor] = None) -> None:
     """LSE: -inf exactly where the reference has no key (and no sink), else within atol (+1e-4 relative,
-    + 2^-11 of the row's score magnitude when given: see Reference.score_magnitude)."""
+    + 2^-11 of the row's score magnitude when given: see Reference.score_magnitude, + twice the largest distance
+    of the emulation's LSE to the reference when given: a 16-bit q's quantized rows, Reference.emul_lse)."""
     got = lse.detach().to(ref_lse.device, torch.float64)
     assert got.shape == ref_lse.shape, f"{what}: lse shape {tuple(got.shape)} vs {tuple(ref_lse.shape)}"
     empty = torch.isneginf(ref_lse)
@@ -226,4 +235,6 @@ def check_lse(lse: Tensor, ref_lse: Tensor, what: str, atol: float = 2e-3,
     limit = atol + 1e-4 * ref_lse[finite].abs()
     if score_magnitude is not None:
         limit = limit + 2.0 ** -11 * score_magnitude.to(ref_lse.device, torch.float64)[finite]
+    if emul_lse is not None and bool(finite.any()):
+        limit = limit + 2 * (emul_lse.to(ref_lse.device, torch.float64)[finite] - ref_lse[finite]).abs().max()
     assert (diff <= limit).all(), f"{what}: max |lse - ref| = {diff.max().item():.3g}"

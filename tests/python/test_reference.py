@@ -150,6 +150,14 @@ def test_16bit_q_exact_unquantized_emulation_quantized(dtype: "torch.dtype") -> 
     torch.testing.assert_close(r.emul, quantized.emul, rtol=1e-5, atol=1e-6)
     assert (r.emul - unquantized.emul).abs().max().item() > 1e-3
     assert torch.isfinite(r.emul).all()
+    # The LSE of the quantized rows' scores is the LSE's error bar (GPU tests: check_lse's emul_lse).
+    emul_distance = (r.emul_lse - r.lse).abs().max().item()
+    assert emul_distance > 1e-3 and torch.isfinite(r.emul_lse).all()
+    reference.check_lse(r.emul_lse, r.lse, "lse of the quantized rows", emul_lse=r.emul_lse)
+    with pytest.raises(AssertionError):
+        reference.check_lse(r.emul_lse, r.lse, "lse of the quantized rows, no emulation bar")
+    with pytest.raises(AssertionError):
+        reference.check_lse(r.lse + 3 * emul_distance, r.lse, "lse three emulation errors off", emul_lse=r.emul_lse)
     visible = 3 + 30 - 9 + 1  # causal, bottom-right aligned: row 3 sees keys 0..24 (q head 1 reads kv head 0)
     mean_v = v[:visible, 0].double().mean(dim=0)
     torch.testing.assert_close(r.out[3, 1], mean_v)
