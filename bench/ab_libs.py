@@ -4,12 +4,13 @@ alternated over rounds (so that clock and thermal drift falls on all of them ali
     python bench/ab_libs.py --lib base=.devrun/base/libfp8attn.so --lib new=build/libfp8attn.so \
         --rounds 2 --out-dir $OUT/ab -- prefill --d 64 128 --seqlens 1024 16384
     python bench/ab_libs.py --lib ... -- decode --shapes llama3.1-8b-tp1-1x1-4k
+    python bench/ab_libs.py --lib ... -- d512 --skip-prefill
 
 A library built at a commit of another C ABI needs that commit's Python package: ``--python NAME=DIR`` runs that
 library's benchmark with the package in DIR (e.g. ``git archive <commit> python src/kernels.list | tar -x -C old``,
 then old/python; bench_common.py reads it from FP8ATTN_PACKAGE_DIR).
 
-Everything after `--` names the benchmark (prefill or decode) and its arguments; `--ours-only` and `--out-dir`
+Everything after `--` names the benchmark (prefill, decode or d512) and its arguments; `--ours-only` and `--out-dir`
 are added. Each round's JSON lands in OUT_DIR/<lib>_<round>/; the table printed last has, per row, the median
 over rounds of each library's result and its change against the first library. A row's spread over rounds
 (max/min - 1, per library) is printed too: a change smaller than it is noise (docs/timing.md).
@@ -27,15 +28,25 @@ from pathlib import Path
 
 import bench_common as bc
 
-# script, its JSON, the key of its rows there, the metric, whether higher is better
-BENCH = {"prefill": ("bench_prefill.py", "prefill.json", "rows", "tflops", True),
-         "decode": ("bench_decode.py", "decode.json", "shapes", "us", False)}
+# script, its JSON, the key of its rows there
+BENCH = {"prefill": ("bench_prefill.py", "prefill.json", "rows"),
+         "decode": ("bench_decode.py", "decode.json", "shapes"),
+         "d512": ("bench_d512.py", "d512.json", "rows")}
+
+
+def is_prefill_row(kind: str, row: dict) -> bool:
+    return kind == "prefill" or (kind == "d512" and row["kind"] == "prefill")
 
 
 def row_key(kind: str, row: dict) -> str:
-    if kind == "prefill":
-        return f"d{row['d']} {'causal' if row['causal'] else 'full'} {row['seqlen']}"
+    if is_prefill_row(kind, row):
+        return f"d{row.get('d', 512)} {'causal' if row['causal'] else 'full'} {row['seqlen']}"
     return row["name"]
+
+
+def row_metric(kind: str, row: dict) -> tuple[str, float, bool]:
+    """(name, value, whether higher is better) of a row: TFLOP/s for prefill rows, microseconds for decode ones."""
+    return ("tflops", row["tflops"], True) if is_prefill_row(kind, row) else ("us", row["us"], False)
 
 
 def main() -> None:
@@ -49,9 +60,9 @@ def main() -> None:
     args = parser.parse_args()
     bench_args = args.bench[1:] if args.bench[:1] == ["--"] else args.bench
     if not bench_args or bench_args[0] not in BENCH:
-        parser.error("name the benchmark after --: prefill or decode")
+        parser.error("name the benchmark after --: prefill, decode or d512")
     kind, extra = bench_args[0], bench_args[1:]
-    script, out_name, rows_key, metric, higher_better = BENCH[kind]
+    script, out_name, rows_key = BENCH[kind]
     libs = dict(spec.split("=", 1) for spec in args.lib)
     packages = dict(spec.split("=", 1) for spec in args.python)
     for name in packages:
@@ -65,6 +76,7 @@ def main() -> None:
 
     here = Path(__file__).resolve().parent
     results: dict[str, dict[str, list[float]]] = {name: {} for name in libs}
+    metric_of: dict[str, tuple[str, bool]] = {}  # row key -> (metric, higher is better)
     meta: dict[str, dict] = {}  # per library, as its own benchmark process recorded it (commit built from, GPU)
     order: list[str] = []
     for rnd in range(1, args.rounds + 1):
@@ -82,13 +94,16 @@ def main() -> None:
                 key = row_key(kind, row)
                 if key not in order:
                     order.append(key)
-                results[name].setdefault(key, []).append(row[metric])
+                metric, value, higher_better = row_metric(kind, row)
+                metric_of[key] = (metric, higher_better)
+                results[name].setdefault(key, []).append(value)
 
     names = list(libs)
     base = names[0]
-    headers = ["row", *(f"{n} {metric}" for n in names), *(f"{n} vs {base}" for n in names[1:]), "spread %"]
+    headers = ["row", "metric", *names, *(f"{n} vs {base}" for n in names[1:]), "spread %"]
     table = []
     for key in order:
+        metric, higher_better = metric_of[key]
         med = {n: statistics.median(results[n][key]) for n in names if key in results[n]}
         changes = []
         for n in names[1:]:
@@ -98,11 +113,11 @@ def main() -> None:
             else:
                 changes.append("-")
         spread = max(max(v) / min(v) - 1 for v in (results[n][key] for n in names if key in results[n]))
-        table.append([key, *(med.get(n) for n in names), *changes, f"{100 * spread:.1f}"])
-    summary = {"kind": kind, "metric": metric, "libs": libs, "rounds": args.rounds, "bench_args": extra,
+        table.append([key, metric, *(med.get(n) for n in names), *changes, f"{100 * spread:.1f}"])
+    summary = {"kind": kind, "metrics": {key: m for key, (m, _) in metric_of.items()}, "libs": libs, "rounds": args.rounds, "bench_args": extra,
                "results": results, "meta": meta}
     bc.write_json(args.out_dir / f"ab_{kind}.json", summary)
-    print(f"\nA/B {kind} ({metric}, median of {args.rounds} rounds; gain: + is faster)")
+    print(f"\nA/B {kind} (median of {args.rounds} rounds; gain: + is faster)")
     print(bc.format_table(headers, table))
 
 

@@ -43,20 +43,25 @@ def tflops(seqlen: int, d: int, heads: int, batch: int, causal: bool, ms: float)
     return flops / (ms * 1e-3) / 1e12
 
 
-def sdpa_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Callable[[], Any]:
-    """torch SDPA on bf16 [B, H, S, d], on cuDNN when this torch has that backend, else the default choice."""
+def sdpa_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+              enable_gqa: bool = False) -> Callable[[], Any]:
+    """torch SDPA on bf16 [B, H, S, d], on cuDNN when this torch has that backend, else the default choice;
+    enable_gqa: k and v have fewer heads than q."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def call() -> Any:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=enable_gqa)
 
     def call_cudnn() -> Any:
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return call()
 
     try:
         call_cudnn()
         return call_cudnn
     except RuntimeError as err:
         print(f"  [sdpa] cuDNN backend unavailable ({str(err).splitlines()[0]}); using the default backend")
-        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return call
 
 
 def peer_calls(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descales: tuple, qb: torch.Tensor,

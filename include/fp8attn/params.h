@@ -78,11 +78,12 @@ typedef struct fp8attn_shape {
 
 typedef struct fp8attn_fwd_params {
   /* ---- tensors ---- */
-  const void* q;  fp8attn_dtype q_dtype;
+  const void* q;  fp8attn_dtype q_dtype; /* E4M3; or F16 / BF16, which the kernel quantizes to E4M3 per (token,
+                                           head) row with scale amax(row) / 448 (q_descale must then be NULL) */
   int64_t q_batch_stride, q_row_stride, q_head_stride;
-  const void* k;  fp8attn_dtype k_dtype;
+  const void* k;  fp8attn_dtype k_dtype; /* E4M3 */
   int64_t k_batch_stride, k_row_stride, k_head_stride;
-  const void* v;  fp8attn_dtype v_dtype;
+  const void* v;  fp8attn_dtype v_dtype; /* E4M3 */
   int64_t v_batch_stride, v_row_stride, v_head_stride;
   void* out;      fp8attn_dtype out_dtype; /* F16 or BF16; E4M3 with output_scale */
   int64_t o_batch_stride, o_row_stride, o_head_stride;

@@ -1,4 +1,4 @@
-"""fp8attn: FP8 (E4M3 Q/K/V) FlashAttention forward for NVIDIA Hopper, from Python.
+"""fp8attn: FP8 (E4M3 K/V; E4M3, fp16 or bf16 Q) FlashAttention forward for NVIDIA Hopper, from Python.
 
     import fp8attn
     out = fp8attn.flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k,

@@ -7,7 +7,7 @@ torch-free so CPU-only CI tests it.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Container, Optional, Sequence
 
 
 # vLLM wrapper keywords that fp8attn does not implement and that are None unless a caller asks for the
@@ -69,17 +69,29 @@ def normalize_window(window_size: Optional[Sequence[int]], causal: bool) -> tupl
     return left, right
 
 
-def resolve_out_dtype(out_dtype: Any, given_out_dtype: Any, default: Any) -> Any:
-    """The output dtype: out_dtype if given, else the dtype of a caller-provided out, else ``default``.
+def resolve_out_dtype(out_dtype: Any, given_out_dtype: Any, q_dtype: Any, sixteen_bit: Container[Any],
+                      fp8_q_default: Any) -> Any:
+    """The output dtype: out_dtype if given, else the dtype of a caller-provided out, else q's dtype when q is
+    16-bit (in ``sixteen_bit``: fp16 and bf16), else ``fp8_q_default`` (an E4M3 q).
 
-    An explicit out_dtype that disagrees with a provided out is an error, not a silent cast.
+    An explicit out_dtype that disagrees with a provided out is an error, not a silent cast. So is a provided
+    16-bit out of the other 16-bit dtype than a 16-bit q's with no out_dtype: the output of a 16-bit q is in q's
+    dtype unless out_dtype says otherwise, so such an out is more likely a mix-up than a choice.
     Works on any dtype objects (torch dtypes in practice), so it needs no torch.
     """
-    if out_dtype is None:
-        return default if given_out_dtype is None else given_out_dtype
-    if given_out_dtype is not None and given_out_dtype != out_dtype:
-        raise ValueError(f"fp8attn: out has dtype {given_out_dtype} but out_dtype={out_dtype}")
-    return out_dtype
+    if out_dtype is not None:
+        if given_out_dtype is not None and given_out_dtype != out_dtype:
+            raise ValueError(f"fp8attn: out has dtype {given_out_dtype} but out_dtype={out_dtype}")
+        return out_dtype
+    if q_dtype not in sixteen_bit:
+        return fp8_q_default if given_out_dtype is None else given_out_dtype
+    if given_out_dtype is None:
+        return q_dtype
+    if given_out_dtype in sixteen_bit and given_out_dtype != q_dtype:
+        raise ValueError(
+            f"fp8attn: out has dtype {given_out_dtype} but q has dtype {q_dtype}: a 16-bit q's output is in q's "
+            f"dtype; pass out_dtype={given_out_dtype} to write {given_out_dtype} from a {q_dtype} q")
+    return given_out_dtype
 
 
 def default_softmax_scale(softmax_scale: Optional[float], head_dim: int) -> float:

@@ -1,6 +1,6 @@
 """The supported (head_dim, head_dim_v) pairs, read from src/kernels.list: their one source.
 
-The list declares every compiled forward kernel as ``d dv block_m block_n [one_level | varlen_schedule]``
+The list declares every compiled forward kernel as ``d dv block_m block_n [one_level | varlen_schedule | q16]``
 (``#`` starts a comment); its (d, dv) pairs, in order, are the supported head dims (cmake/kernels.cmake
 generates the same list for the C++ side). An installed wheel carries the file next to this module
 (cmake/install.cmake); a source checkout reads <repo>/src/kernels.list. Neither torch nor libfp8attn.so is needed.
@@ -33,10 +33,10 @@ def parse_head_dims(text: str) -> tuple[tuple[int, int], ...]:
         if not line:
             continue
         well_formed = (len(line) in (4, 5) and all(f.isdigit() for f in line[:4])
-                       and line[4:] in ([], ["one_level"], ["varlen_schedule"]))
+                       and line[4:] in ([], ["one_level"], ["varlen_schedule"], ["q16"]))
         if not well_formed:
             raise ValueError(f"fp8attn: kernels.list line {number}: cannot parse {raw.strip()!r} "
-                             "(expected: d dv block_m block_n [one_level | varlen_schedule])")
+                             "(expected: d dv block_m block_n [one_level | varlen_schedule | q16])")
         pair = (int(line[0]), int(line[1]))
         if pair not in pairs:
             pairs.append(pair)

@@ -2,10 +2,12 @@
 
 ``flash_attn_varlen_func`` accepts the call vLLM's FlashAttention backend makes (its keywords are vLLM
 0.34's ``vllm_flash_attn`` wrapper's, in its order, plus ``out_dtype``); ``flash_attn_with_kvcache`` and
-``flash_attn_func`` follow FlashAttention's batched semantics. Q, K and V are FP8 E4M3; descales are
-fp32 and applied in the kernel (q/k folded into the softmax scale, v into the normalisation). The
-output is fp16 or bf16, or E4M3 quantized with ``output_scale`` (vLLM's attention + quant fusion); the optional
-LSE is fp32, natural log, including the sink. ``softcap`` > 0 caps the logits (Gemma-2).
+``flash_attn_func`` follow FlashAttention's batched semantics. K and V are FP8 E4M3; Q is E4M3, or fp16 / bf16,
+which the kernel quantizes to E4M3 itself, per (token, head) row with scale amax(row) / 448 (such a Q takes no
+q_descale). Descales are fp32 and applied in the kernel (q/k folded into the softmax scale, v into the
+normalisation). The output is fp16 or bf16 (by default a 16-bit Q's dtype, else bf16), or E4M3 quantized with
+``output_scale`` (vLLM's attention + quant fusion); the optional LSE is fp32, natural log, including the sink.
+``softcap`` > 0 caps the logits (Gemma-2).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ Result = Union[Tensor, tuple[Tensor, Tensor]]
 # otherwise (flash_attn_with_kvcache's k_cache, cache_seqlens) gets its own spelling back.
 _KVCACHE_SPELLING = {"k": "k_cache", "v": "v_cache", "seqused_k": "cache_seqlens"}
 _LEADING_NAME = re.compile(r"\w+")
+# The dtypes of a 16-bit q (the kernel quantizes it row by row); its output defaults to q's dtype.
+_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 def _in_callers_words(message: str, function: str, spelling: dict[str, str]) -> str:
@@ -65,7 +69,8 @@ def _call(
         k = k.contiguous()
     if v.stride(-1) != 1:
         v = v.contiguous()
-    dtype = _args.resolve_out_dtype(out_dtype, None if out is None else out.dtype, torch.bfloat16)
+    dtype = _args.resolve_out_dtype(out_dtype, None if out is None else out.dtype, q.dtype, _SIXTEEN_BIT,
+                                    torch.bfloat16)
     if out is None:
         out = q.new_empty(ops.expected_out_shape(q, v), dtype=dtype)
     lse = q.new_empty(ops.expected_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32) if return_lse else None
@@ -130,7 +135,9 @@ def flash_attn_varlen_func(
     """Varlen FP8 attention, a drop-in for vLLM's ``flash_attn_varlen_func``.
 
     Args:
-        q: [total_q, Hq, d] E4M3.
+        q: [total_q, Hq, d] E4M3, or fp16 / bf16 (a model's 16-bit Q over its FP8 KV cache): the kernel
+            quantizes each (token, head) row to E4M3 with scale amax(row) / 448, so a 16-bit q needs no
+            quantization first and takes no q_descale.
         k, v: paged [num_pages, page_size, Hkv, d(v)] E4M3 with ``block_table`` (e.g. the two views of
             vLLM's ``kv_cache.unbind(0)``), or varlen [total_k, Hkv, d(v)] with ``cu_seqlens_k``.
         max_seqlen_q, max_seqlen_k: host-known upper bounds; launch choices depend only on them (under
@@ -141,13 +148,14 @@ def flash_attn_varlen_func(
         softmax_scale: default d ** -0.5. causal: bottom-right aligned.
         window_size: (left, right) or None; vLLM passes (w - 1, 0) for sliding-window layers.
         q_descale, k_descale, v_descale: fp32, None, 0-d, 1-element, [Hkv] or (B, Hkv) with any strides
-            (expand()ed views are read in place).
+            (expand()ed views are read in place). q_descale only with an E4M3 q.
         num_splits: 0 = heuristic, n >= 2 = at most n KV splits (a ceiling, as FlashAttention-3 reads
             it), 1 = exactly one split (no split).
         s_aux: [Hq] fp32/bf16 learnable sink logits.
         softcap: 0 (off) or > 0: each logit l becomes softcap * tanh(l / softcap) (Gemma-2: 50).
         out: [total_q, Hq, dv] fp16/bf16/float8_e4m3fn, written in place. out_dtype: default out.dtype, else
-            bf16.
+            q's dtype for a 16-bit q, else bf16. With a 16-bit q, an out of the other 16-bit dtype needs
+            out_dtype saying so (a ValueError otherwise: it is likelier a mix-up).
         output_scale: with a float8_e4m3fn out (or out_dtype): a 0-d fp32 device tensor; out = E4M3(O /
             output_scale), saturated to +-448 (vLLM's static per-tensor quantization of o_proj's input, fused).
         scheduler_metadata, fa_version, deterministic, cp_rank, cp_tot_seqused_k: accepted for vLLM
@@ -163,7 +171,7 @@ def flash_attn_varlen_func(
     Raises:
         NotImplementedError: dropout, ALiBi, q_v, return_attn_probs, context parallelism or an FA4 feature
             set, or a case the library does not support or did not compile.
-        ValueError: malformed arguments (the message names the argument).
+        ValueError: malformed arguments (the message names the argument), e.g. a q_descale with a 16-bit q.
     """
     # The common call sets none of them: test that inline, and let reject_unsupported name the one that is set
     # (building its 13 keywords costs ~1 us per call; test_ops_meta.py sets each one in turn).
@@ -209,7 +217,8 @@ def flash_attn_with_kvcache(
     without appending new K/V).
 
     Args:
-        q: [B, Sq, Hq, d] E4M3.
+        q: [B, Sq, Hq, d] E4M3, or fp16 / bf16 (quantized per row by the kernel; see
+            :func:`flash_attn_varlen_func`).
         k_cache, v_cache: dense [B, Sk, Hkv, d(v)], or paged [num_pages, page_size, Hkv, d(v)] with
             ``block_table`` [B, max_pages] int32.
         cache_seqlens: keys used per sequence, [B] int32 or one int for all; None means all Sk keys
@@ -253,7 +262,7 @@ def flash_attn_func(
     out_dtype: Optional[torch.dtype] = None,
     output_scale: Optional[Tensor] = None,
 ) -> Result:
-    """Dense FP8 attention: q [B, Sq, Hq, d], k/v [B, Sk, Hkv, d(v)] E4M3 → out [B, Sq, Hq, dv].
+    """Dense FP8 attention: q [B, Sq, Hq, d] E4M3 or fp16 / bf16, k/v [B, Sk, Hkv, d(v)] E4M3 → out [B, Sq, Hq, dv].
 
     Returns out, or (out, lse) with lse [B, Hq, Sq] fp32 when return_softmax_lse. Other arguments as in
     :func:`flash_attn_varlen_func`.

@@ -24,11 +24,13 @@ Under CUDA graphs the op allocates only its split-KV workspace, from torch's all
 stream, which capture serves from the graph's private pool; nothing is cached across calls, so a captured
 graph never refers to memory that a later call could free or resize.
 
-Layouts (all strided: only the last dimension must be contiguous; strides are passed, never copied):
-    q      varlen [total_q, Hq, d] with cu_seqlens_q, or dense [B, Sq, Hq, d]
+Layouts (all strided: only the last dimension must be contiguous; strides are passed, never copied, in
+elements of each tensor's own dtype):
+    q      varlen [total_q, Hq, d] with cu_seqlens_q, or dense [B, Sq, Hq, d]; E4M3, or fp16/bf16 (quantized
+           per (token, head) row by the kernel)
     k, v   paged [num_pages, page_size, Hkv, d] with block_table, varlen [total_k, Hkv, d] with
-           cu_seqlens_k, or dense [B, Sk, Hkv, d]
-    out    like q with dv; fp16/bf16
+           cu_seqlens_k, or dense [B, Sk, Hkv, d]; E4M3
+    out    like q with dv; fp16/bf16, or E4M3 with output_scale
     lse    varlen [Hq, total_q] or dense [B, Hq, Sq]; fp32; token stride 1
 """
 

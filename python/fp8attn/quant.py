@@ -1,4 +1,5 @@
-"""Serving-integration helpers: when to take the native FP8 path, and Q quantization to E4M3.
+"""Serving-integration helpers: when to take the native FP8 path, and Q quantization to E4M3 (for an E4M3 Q;
+a 16-bit Q needs none: the kernel quantizes it row by row).
 
 ``use_fp8attn`` is pure Python. ``quantize_e4m3`` imports torch when called, so this module (and the
 policy) stays importable where torch is absent.
@@ -22,8 +23,11 @@ MIN_SCALE = 1.0 / (FP8_E4M3_MAX * 512.0)
 # (head_size, head_size_v) pairs with an FP8 kernel: every pair src/kernels.list declares.
 SUPPORTED_HEAD_SIZES = frozenset(supported_head_dims())
 
-# vLLM cache_dtype strings (and torch dtype names) that mean an E4M3 KV cache. "fp8" is E4M3 on CUDA.
-_E4M3_KV_CACHE_DTYPES = frozenset({"fp8", "fp8_e4m3", "float8_e4m3fn", "torch.float8_e4m3fn"})
+# vLLM cache_dtype strings (and torch dtype names) that mean E4M3, of the KV cache or of Q. "fp8" is E4M3 on CUDA.
+_E4M3_DTYPES = frozenset({"fp8", "fp8_e4m3", "float8_e4m3fn", "torch.float8_e4m3fn"})
+# Query dtypes the kernel takes besides E4M3 (names of vLLM's model dtype and of torch dtypes): it quantizes such a
+# Q to E4M3 itself, row by row.
+_SIXTEEN_BIT_Q_DTYPES = frozenset({"bfloat16", "torch.bfloat16", "bf16", "float16", "torch.float16", "fp16", "half"})
 
 
 def _capability_major(device_capability: Any) -> int:
@@ -45,25 +49,35 @@ def use_fp8attn(
     softcap: Optional[float] = 0.0,
     *,
     batch_invariant: bool = False,
+    q_dtype: Any = None,
 ) -> bool:
     """Whether a layer should run on fp8attn's native FP8 forward (the design's vLLM policy).
 
     True exactly when: the device is SM90 (Hopper: major 9), the KV cache is FP8 E4M3 ("fp8" or
-    "fp8_e4m3"; E5M2 is not supported), (head_size, head_size_v) is in ``SUPPORTED_HEAD_SIZES`` (the pairs
-    of src/kernels.list: 64/96/128/192/256 with equal V, and (192, 128)), the softcap is off or a finite value
-    > 0 (Gemma-2's 50), and batch-invariant mode is off (it needs fixed split counts that this path does not
-    promise).
+    "fp8_e4m3"; E5M2 is not supported), Q is E4M3 or 16-bit (fp16 / bf16: the kernel quantizes it to E4M3
+    per (token, head) row, so a layer that keeps a 16-bit Q beside its FP8 KV cache is served as it is),
+    (head_size, head_size_v) is in ``SUPPORTED_HEAD_SIZES`` (the pairs of src/kernels.list: 64/96/128/192/256/512
+    with equal V, and (192, 128); 512 is Gemma-4's global layers, whose K = V cache may be passed as one tensor for
+    both k and v: each KV tile is then read once), the softcap is off or a finite value > 0 (Gemma-2's 50), and batch-invariant
+    mode is off (it needs fixed split counts that this path does not promise).
 
     Args:
         device_capability: (major, minor), an object with ``.major``, or an int like 90.
         kv_cache_dtype: vLLM's cache dtype string, or a torch dtype.
         head_size, head_size_v: head sizes of Q/K and of V (head_size_v defaults to head_size).
         softcap: logit softcap; None or 0 means off.
+        q_dtype: the dtype Q reaches attention in, a torch dtype or its name ("bfloat16", "fp16", "fp8"...);
+            None means E4M3 (the caller quantizes Q, e.g. with ``quantize_e4m3``). Any other dtype (float32,
+            E5M2) is not served.
     """
     if _capability_major(device_capability) != 9:
         return False
-    if str(kv_cache_dtype).lower() not in _E4M3_KV_CACHE_DTYPES:
+    if str(kv_cache_dtype).lower() not in _E4M3_DTYPES:
         return False
+    if q_dtype is not None:
+        name = str(q_dtype).lower()
+        if name not in _E4M3_DTYPES and name not in _SIXTEEN_BIT_Q_DTYPES:
+            return False
     if (head_size, head_size if head_size_v is None else head_size_v) not in SUPPORTED_HEAD_SIZES:
         return False
     if softcap and not (softcap > 0 and math.isfinite(softcap)):

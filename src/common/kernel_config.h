@@ -25,15 +25,18 @@ struct KernelKey {
   // (tile_scheduler.cuh); CTAs past the list exit; no split. Its own instantiation, so that the direct-grid
   // kernels carry none of its code (src/kernels.list).
   bool varlen_schedule = false;
+  // Q in fp16/bf16, quantized to E4M3 per row inside the kernel (quantize_q.cuh); E4M3 Q otherwise. Kernels of
+  // their own, so that the E4M3 kernels carry none of its code or its two per-row scale registers.
+  bool q16 = false;
   bool operator==(const KernelKey& o) const {
     return head_dim == o.head_dim && head_dim_v == o.head_dim_v && block_m == o.block_m && block_n == o.block_n &&
-           two_level == o.two_level && varlen_schedule == o.varlen_schedule;
+           two_level == o.two_level && varlen_schedule == o.varlen_schedule && q16 == o.q16;
   }
   // "d=128 dv=128 block_m=64 block_n=128": for diagnostics and not-compiled errors only.
   std::string to_string() const {
     return "d=" + std::to_string(head_dim) + " dv=" + std::to_string(head_dim_v) +
            " block_m=" + std::to_string(block_m) + " block_n=" + std::to_string(block_n) +
-           (two_level ? "" : " one_level") + (varlen_schedule ? " varlen_schedule" : "");
+           (two_level ? "" : " one_level") + (varlen_schedule ? " varlen_schedule" : "") + (q16 ? " q16" : "");
   }
 };
 

@@ -16,12 +16,25 @@ constexpr int block_n_for(int block_m, int head_dim) {
 // math in memory-bound decode, and two 2-stage pipelines fit in the SM's shared memory.
 constexpr int ctas_per_sm_for(int block_m, int head_dim_v) { return block_m == 64 && head_dim_v <= 128 ? 2 : 1; }
 
+// dv = 512 (Gemma-4's global layers): a 64 x 512 fp32 O is 256 registers per thread, more than a warpgroup has. Its
+// columns are split over two MMA warpgroups that share the tile's 64 rows (mainloop_split_dv.cuh; docs/design.md
+// section 8): one computes S, the softmax and P V on O's first half, the other P V on the second half.
+constexpr bool split_dv(int head_dim_v) { return head_dim_v > 256; }
+
 // Tile rows of the varlen schedule (mixed prefill + decode calls; src/kernels.list compiles it at these only):
 // 64 where that runs two CTAs per SM (d, dv <= 128), so that a decode's tile streams its K/V beside another CTA as
 // in a decode-only call; 128 above, where 64-row tiles run one CTA per SM and the prefill chunk wants 128 rows.
 constexpr int varlen_schedule_block_m(int head_dim, int head_dim_v) {
   return head_dim <= 128 && ctas_per_sm_for(64, head_dim_v) == 2 ? 64 : 128;
 }
+
+// Head dims and Q types whose every call runs on one direct-grid kernel of kSingleKernelBlockM rows
+// (src/kernels.list): a 16-bit Q (the q16 kernels: the quantization's per-row scales take two registers through the
+// KV loop, which the 128-row d128 and d256 prefill tiles do not have, docs/design.md section 8) and split dv (dv =
+// 512, whose two MMA warpgroups share one 64-row tile). Decode runs there as on any 64-row kernel (PackGQA, splits),
+// prefill in 64-row tiles, mixed prefill + decode calls on the direct grid.
+constexpr bool single_kernel_per_head_dims(bool q16, int head_dim_v) { return q16 || split_dv(head_dim_v); }
+constexpr int kSingleKernelBlockM = 64;
 
 // P V after the softmax, through the score registers (mainloop_mma.cuh): where O (dv > 128) leaves no registers
 // for a tile accumulator next to the scores of a 128-key block, each block's P V runs once its scores are
@@ -34,9 +47,13 @@ constexpr bool pv_after_softmax(int block_m, int block_n, int head_dim_v) {
 
 // K, V-as-loaded and V^T pipeline stages. Three let the load warp run two tiles ahead of the MMA warpgroups;
 // two-CTA (decode) kernels keep two so that two CTAs fit in an SM's shared memory, and so do the 128-key
-// d256 tiles (a stage is 96 KB).
+// d256 tiles (a stage is 96 KB) and split dv (K and V^T stages of 32 KB each beside a 32 KB Q; its V-as-loaded
+// buffer has one stage, kernel_traits.cuh).
 constexpr int stages_for(int block_m, int block_n, int head_dim_v) {
-  return ctas_per_sm_for(block_m, head_dim_v) == 2 || pv_after_softmax(block_m, block_n, head_dim_v) ? 2 : 3;
+  return ctas_per_sm_for(block_m, head_dim_v) == 2 || pv_after_softmax(block_m, block_n, head_dim_v) ||
+                 split_dv(head_dim_v)
+             ? 2
+             : 3;
 }
 
 // Most KV splits of one call: the validation's bound, and the combine kernel's shared-memory weight table.

@@ -46,7 +46,7 @@ bool same_problem(const ProblemShape& a, const ProblemShape& b) {
          a.total_q == b.total_q && a.num_heads_q == b.num_heads_q && a.num_heads_kv == b.num_heads_kv &&
          a.head_dim == b.head_dim && a.head_dim_v == b.head_dim_v && a.window_left == b.window_left &&
          a.window_right == b.window_right && a.num_splits_requested == b.num_splits_requested &&
-         a.num_sms == b.num_sms;
+         a.num_sms == b.num_sms && a.q16 == b.q16;
 }
 
 }  // namespace
@@ -114,8 +114,8 @@ Status run_fwd(const FwdParams& params, const FwdPlan& plan, cudaStream_t stream
   planned_device.num_sms = record.problem.num_sms;
   if (!same_problem(describe_problem(params, planned_device), record.problem)) {
     return Status(StatusCode::kInvalidArgument,
-                  "params: expected the sizes the plan was made for (sizes, heads, window or num_splits changed "
-                  "since the plan was made; plan again)");
+                  "params: expected the sizes the plan was made for (sizes, heads, window, num_splits or q's dtype "
+                  "changed since the plan was made; plan again)");
   }
   Status status = validate_fwd_workspace(params, split_workspace_bytes(record.problem, record.config));
   if (!status.ok()) { return status; }

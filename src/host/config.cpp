@@ -21,6 +21,7 @@ ProblemShape describe_problem(const fp8attn_fwd_params& p, const DeviceInfo& dev
   s.window_left = p.window_left;
   s.window_right = p.causal ? 0 : p.window_right;
   s.num_splits_requested = p.num_splits;
+  s.q16 = p.q_dtype == FP8ATTN_DTYPE_F16 || p.q_dtype == FP8ATTN_DTYPE_BF16;
   s.num_sms = device.num_sms;
   return s;
 }
@@ -186,6 +187,7 @@ KernelConfig select_config(const ProblemShape& problem) {
   KernelConfig c;
   c.key.head_dim = problem.head_dim;
   c.key.head_dim_v = problem.head_dim_v;
+  c.key.q16 = problem.q16;
   const int group = group_of(problem);
 
   // PackGQA where it pays for the longest sequence (decode and speculative decode always pack), the tile height
@@ -195,14 +197,16 @@ KernelConfig select_config(const ProblemShape& problem) {
     c.pack_gqa = pack;
     c.key.varlen_schedule = varlen_schedule;
     const int64_t rows = int64_t(problem.max_seqlen_q) * (pack ? group : 1);
-    c.key.block_m = varlen_schedule ? varlen_schedule_block_m(problem.head_dim, problem.head_dim_v)
-                                    : block_m_for(rows, problem);
+    c.key.block_m = single_kernel_per_head_dims(problem.q16, problem.head_dim_v) ? kSingleKernelBlockM
+                    : varlen_schedule ? varlen_schedule_block_m(problem.head_dim, problem.head_dim_v)
+                                      : block_m_for(rows, problem);
     c.key.block_n = block_n_for(c.key.block_m, problem.head_dim);
     c.num_m_blocks = std::max(1, ceil_div(rows, c.key.block_m));
   };
   choose_tiles(pack_pays(problem.max_seqlen_q, group));
   c.partial_rows = problem.total_q;
-  if (c.num_m_blocks > 1 && lengths_differ(problem)) {
+  // The q16 and split-dv kernels are direct-grid kernels only (src/kernels.list): their mixed calls run on the grid.
+  if (!single_kernel_per_head_dims(problem.q16, problem.head_dim_v) && c.num_m_blocks > 1 && lengths_differ(problem)) {
     // The varlen schedule: one launch whose CTAs take the listed tiles, all heads of the last tile first (a
     // causal chunk's longest tiles; vLLM puts the prefill chunk after the decodes), no split: the decode rows
     // fill the machine beside the chunk's tiles. Sum over sequences of ceil(rows_b / block_m) is at most

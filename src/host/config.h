@@ -20,6 +20,8 @@ struct ProblemShape {
   int batch = 0;
   int max_seqlen_q = 0;  // dense seqlen_q or varlen max_seqlen_q
   int max_seqlen_k = 0;  // dense seqlen_k or varlen/paged max_seqlen_k (max_model_len under graphs)
+  bool q16 = false;      // Q in fp16/bf16 (the q16 kernels), else E4M3; here, in total_q's alignment gap, so that
+                         // a plan (api.cpp's PlanRecord) still fits fp8attn_fwd_plan
   int64_t total_q = 0;   // query rows: total_q (varlen) or batch * seqlen_q
   int num_heads_q = 0;
   int num_heads_kv = 0;

@@ -281,22 +281,23 @@ Status check_unsupported_features(const FwdParams& p) {
   return Status::Ok();
 }
 
+bool is_16bit_float(fp8attn_dtype t) { return t == FP8ATTN_DTYPE_F16 || t == FP8ATTN_DTYPE_BF16; }
+
 Status check_dtypes(const FwdParams& p) {
-  // Non-FP8 inputs first (the likeliest mistake: an unquantized q), then FP8 mixes, then E5M2 alone.
-  const std::pair<const char*, fp8attn_dtype> qkv[] = {{"q", p.q_dtype}, {"k", p.k_dtype}, {"v", p.v_dtype}};
-  for (const auto& [name, dtype] : qkv) {
-    if (dtype != FP8ATTN_DTYPE_E4M3 && dtype != FP8ATTN_DTYPE_E5M2) {
-      return {wrong_dtype_code(dtype), expected_got(name, "dtype float8_e4m3fn", dtype_name(dtype)) +
-                                           " (fp8attn takes FP8 E4M3 q, k and v; quantize first)"};
-    }
+  // q is E4M3, or fp16/bf16 that the kernel quantizes to E4M3 row by row; k and v are E4M3 only (the KV cache is
+  // read as it is stored). E5M2 is named apart: it is FP8, just not the format the kernels take.
+  constexpr const char* kE5m2Note = " (E5M2 is not supported)";
+  if (p.q_dtype != FP8ATTN_DTYPE_E4M3 && !is_16bit_float(p.q_dtype)) {
+    return {wrong_dtype_code(p.q_dtype),
+            expected_got("q", "dtype float8_e4m3fn, float16 or bfloat16", dtype_name(p.q_dtype)) +
+                (p.q_dtype == FP8ATTN_DTYPE_E5M2 ? kE5m2Note : "")};
   }
-  if (p.k_dtype != p.q_dtype || p.v_dtype != p.q_dtype) {
-    return not_supported(expected_got("q, k, v", "one dtype float8_e4m3fn",
-                                      cat("mixed dtypes (q ", dtype_name(p.q_dtype), ", k ", dtype_name(p.k_dtype),
-                                          ", v ", dtype_name(p.v_dtype), ")")));
-  }
-  if (p.q_dtype == FP8ATTN_DTYPE_E5M2) {
-    return not_supported(expected_got("q", "dtype float8_e4m3fn", "float8_e5m2") + " (E5M2 is not supported)");
+  for (const auto& [name, dtype] : {std::pair{"k", p.k_dtype}, std::pair{"v", p.v_dtype}}) {
+    if (dtype == FP8ATTN_DTYPE_E4M3) continue;
+    const char* why = dtype == FP8ATTN_DTYPE_E5M2
+                          ? kE5m2Note
+                          : " (fp8attn reads k and v as FP8 E4M3, only q may be 16-bit: quantize the KV cache)";
+    return {wrong_dtype_code(dtype), expected_got(name, "dtype float8_e4m3fn", dtype_name(dtype)) + why};
   }
   return expect_dtype("out_dtype", p.out_dtype, {FP8ATTN_DTYPE_F16, FP8ATTN_DTYPE_BF16, FP8ATTN_DTYPE_E4M3});
 }
@@ -528,6 +529,14 @@ Status check_descale(std::string_view name, const fp8attn_descale& d, const FwdP
 }
 
 Status check_descales(const FwdParams& p) {
+  // A 16-bit q holds its real values (the kernel quantizes each row and keeps the row's own scale), so a q_descale
+  // has nothing to undo: refused rather than silently applied or ignored.
+  if (is_16bit_float(p.q_dtype) && p.q_descale.ptr != nullptr) {
+    return invalid(expected_got("q_descale",
+                                cat("NULL with a ", dtype_name(p.q_dtype),
+                                    " q (a 16-bit q is quantized per row by the kernel, so it takes no descale)"),
+                                "a descale"));
+  }
   FP8ATTN_RETURN_IF_ERROR(check_descale("q_descale", p.q_descale, p));
   FP8ATTN_RETURN_IF_ERROR(check_descale("k_descale", p.k_descale, p));
   return check_descale("v_descale", p.v_descale, p);

@@ -373,7 +373,7 @@ void finish(const TaskConstants& constants, const Row<float>& row, double* out, 
 
 // One query row, decoded into q. A 16-bit row is used as is (kExact), or quantized (quantize_16bit: kEmulation,
 // as the kernel does per (token, head) row): E4M3(q * 448 / amax), scale amax / 448; a row of zeros stays zero
-// with scale 0 (its scores are 0: a uniform average, not NaN).
+// with scale 1 (its scores are 0: a uniform average, not NaN).
 void read_q_row(const fp8attn_fwd_params& p, int64_t element, bool quantize_16bit,
                 const std::array<float, 256>& e4m3_values, std::vector<float>* q, float* q_scale) {
   q->resize(p.head_dim);
@@ -390,10 +390,7 @@ void read_q_row(const fp8attn_fwd_params& p, int64_t element, bool quantize_16bi
     amax = std::max(amax, std::fabs((*q)[c]));
   }
   if (!quantize_16bit) return;
-  if (amax == 0.0f) {
-    *q_scale = 0.0f;
-    return;
-  }
+  if (amax == 0.0f) return;  // scale 1, as set above
   const float to_e4m3 = kE4m3Max / amax;
   for (float& x : *q) x = e4m3_to_float(float_to_e4m3(x * to_e4m3));
   *q_scale = amax / kE4m3Max;

@@ -29,6 +29,7 @@ template <class Traits>
 struct Epilogue {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kHeadDimV = Traits::kHeadDimV;
+  static constexpr int kCols = Traits::kHeadDimVPerWarpgroup;  // O's columns in one MMA warpgroup (split dv: half)
   using TiledMmaPV = typename Traits::TiledMmaPV;
   using SharedStorage = typename Traits::SharedStorage;
 
@@ -37,6 +38,7 @@ struct Epilogue {
   // transposed (the warpgroup consumed every V^T stage), and nothing else reads or writes it. (sK and sVt may
   // still be read by the other warpgroup's GEMMs.) Where 64 full rows do not fit (d256), dv goes in two passes.
   static constexpr bool kStagedOut = kBlockM >= 128;
+  static_assert(!(kStagedOut && Traits::kSplitDv), "split dv tiles (64 rows) store directly");
   static constexpr int kStageRegionBytes = int(sizeof(SharedStorage::smem_vload)) / Traits::kNumMmaWarpgroups;
   static constexpr int kStagePasses = 64 * (kHeadDimV * 2 + 16) <= kStageRegionBytes ? 1 : 2;
   static constexpr int kPassCols = kHeadDimV / kStagePasses;
@@ -48,15 +50,17 @@ struct Epilogue {
   static_assert(!kStagedOut || ((kStageRowBytes / 4) % 8 == 4 && kPassCols % 8 == 0),
                 "conflict-free staging rows; passes split dv at whole accumulator column blocks");
 
-  // head: the CTA's q head, or its kv head with PackGQA. o_scale / lse: per row half of this thread.
+  // head: the CTA's q head, or its kv head with PackGQA. o_scale / lse: per row half of this thread. With split dv
+  // each MMA warpgroup stores its half of the columns, and the first one the LSE.
   template <class FragmentO>
   CUTE_DEVICE static void store(SharedStorage& smem, const FwdArgs& args, const SeqInfo& seq, int m_block,
                                 int head, int split, int mma_thread, FragmentO const& tOrO,
                                 const float (&o_scale)[2], const float (&lse)[2]) {
     TiledMmaPV tiled_mma_pv;
-    auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread);
-    Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (BLK_M, DV) -> (row, col)
-    Tensor tOcO = thr_mma_pv.partition_C(cO);  // (MMA, MMA_M, DV / CHUNK) coordinates of tOrO
+    const int row_thread = Traits::row_thread(mma_thread);
+    auto thr_mma_pv = tiled_mma_pv.get_thread_slice(row_thread);
+    Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kCols>>{});  // (BLK_M, COLS) -> (row, col)
+    Tensor tOcO = thr_mma_pv.partition_C(cO);  // (MMA, MMA_M, COLS / CHUNK) coordinates of tOrO, in the warpgroup's columns
     static_assert(decltype(size(tOcO))::value == decltype(size(tOrO))::value, "one coordinate per O value");
 
     const PackGqa pack(args);
@@ -64,7 +68,7 @@ struct Epilogue {
     bool row_valid[2];
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
-      target[h] = pack.row_target(m_block * kBlockM + accumulator_row(mma_thread, h), head);
+      target[h] = pack.row_target(m_block * kBlockM + accumulator_row(row_thread, h), head);
       row_valid[h] = target[h].token < seq.seqlen_q;
     }
 
@@ -74,9 +78,10 @@ struct Epilogue {
     // Each store is the thread's first column's address plus a constant: the column of accumulator i minus
     // that of accumulator 0 is a compile-time offset (the thread's part cancels).
     const int first_col = get<1>(tOcO(0));
+    const int warpgroup_col0 = Traits::kSplitDv ? mma_thread / 128 * kCols : 0;  // the warpgroup's first column of O
     auto store_pairs = [&](auto* row0, auto* row1, auto convert) {
-      row0 += first_col;
-      row1 += first_col;
+      row0 += warpgroup_col0 + first_col;
+      row1 += warpgroup_col0 + first_col;
       CUTE_UNROLL
       for (int i = 0; i < size(tOrO); i += 2) {
         const int h = AccumulatorIndex::row_half(i);  // i + 1 is the next column
@@ -121,16 +126,7 @@ struct Epilogue {
         char* out_row = static_cast<char*>(args.out) + out_offset_of(copy_target) * out_bytes;
         char* region = reinterpret_cast<char*>(smem.smem_vload.data()) + warpgroup * kStageRegionBytes;
         const int local_row[2] = {accumulator_row(mma_thread, 0) % 64, accumulator_row(mma_thread, 1) % 64};
-        // The warpgroup's own named barrier, its id an immediate (NamedBarrierId).
-        auto warpgroup_sync = [&]() {
-          if (warpgroup == 0) {
-            cutlass::arch::NamedBarrier::sync(128, kEpilogueWarpgroup0);
-          } else if (Traits::kNumMmaWarpgroups == 2 || warpgroup == 1) {
-            cutlass::arch::NamedBarrier::sync(128, kEpilogueWarpgroup1);
-          } else {
-            cutlass::arch::NamedBarrier::sync(128, kEpilogueWarpgroup2);
-          }
-        };
+        auto warpgroup_sync = [&]() { warpgroup_named_sync<Traits::kNumMmaWarpgroups, kEpilogueWarpgroup0>(warpgroup); };
         CUTE_UNROLL
         for (int pass = 0; pass < kStagePasses; ++pass) {
           if (pass > 0) {  // the previous pass's copies have read the rows
@@ -159,7 +155,7 @@ struct Epilogue {
     }
 
     // One thread per quad owns the quad's two rows.
-    if (mma_thread % 4 != 0) { return; }
+    if (mma_thread % 4 != 0 || (Traits::kSplitDv && mma_thread >= 128)) { return; }
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       if (!row_valid[h]) { continue; }

@@ -1,7 +1,9 @@
 // fp8attn SM90 forward: the kernel, composing the warp roles.
 //
 //   warpgroup 0      producer: TMA Q/K/V, V transpose            (setmaxnreg down)
-//   warpgroups 1..W  MMA: QK^T, softmax, PV, epilogue, 64 rows each (setmaxnreg up)
+//   warpgroups 1..W  MMA: (the q16 kernels: Q's per-row quantization,) QK^T, softmax, PV, epilogue, 64 rows each
+//                    (setmaxnreg up); split dv (dv = 512): two on the same 64 rows, each with half of O's columns,
+//                    the first computing S and the softmax (mainloop_split_dv.cuh)
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -12,9 +14,11 @@
 #include "sm90/epilogue.cuh"
 #include "sm90/kernel_args.cuh"
 #include "sm90/mainloop_mma.cuh"
+#include "sm90/mainloop_split_dv.cuh"
 #include "sm90/mask.cuh"
 #include "sm90/pack_gqa.cuh"
 #include "sm90/producer_load.cuh"
+#include "sm90/quantize_q.cuh"
 #include "sm90/softmax.cuh"
 #include "sm90/tile_scheduler.cuh"
 
@@ -29,6 +33,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   using TileScheduler = typename Traits::TileScheduler;
+  using Mainloop = std::conditional_t<Traits::kSplitDv, MainloopSplitDv<Traits>, MainloopMma<Traits>>;
 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -43,7 +48,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   const SeqInfo seq(args, tile.batch);
 
   if (warp_idx == 0 && cute::elect_one_sync()) {
-    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    if constexpr (!Traits::kQ16) { cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor()); }
     if (args.block_table != nullptr) {
       cute::prefetch_tma_descriptor(params.tma_k_box.get_tma_descriptor());
       cute::prefetch_tma_descriptor(params.tma_v_box.get_tma_descriptor());
@@ -55,11 +60,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     smem.barrier_q.init(args.pack_gqa ? Traits::kNumTransposeThreads : 1);
   }
 
-  // Barriers are initialised by warp 0 inside the pipeline constructors.
+  // Barriers are initialised by warp 0 inside the pipeline constructors. Split dv: only the score warpgroup reads
+  // K, and with K = V the transpose warps read the K stage as V too (producer_load.cuh).
   typename PipelineK::Params k_params;
-  k_params.role = is_producer ? PipelineK::ThreadCategory::Producer : PipelineK::ThreadCategory::Consumer;
+  if constexpr (Traits::kSplitDv) {
+    k_params.role = is_producer ? PipelineK::ThreadCategory::ProducerConsumer
+                    : warpgroup == 1 ? PipelineK::ThreadCategory::Consumer
+                                     : PipelineK::ThreadCategory::NonParticipant;
+    k_params.num_consumers = 128 + (args.kv_shared ? Traits::kNumTransposeThreads : 0);
+  } else {
+    k_params.role = is_producer ? PipelineK::ThreadCategory::Producer : PipelineK::ThreadCategory::Consumer;
+    k_params.num_consumers = Traits::kNumMmaThreads;
+  }
   k_params.is_leader = threadIdx.x == 0;
-  k_params.num_consumers = Traits::kNumMmaThreads;
   k_params.transaction_bytes = Traits::kBytesK;
   PipelineK pipeline_k(smem.pipeline_k, k_params, Shape<_1, _1, _1>{});
 
@@ -145,14 +158,27 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // folds into it (with split-KV the combine applies it to the combined rows instead).
     float v_descale = args.v_descale.load(tile.batch, kv_head);
     if (args.output_scale != nullptr && !args.split_kv) { v_descale /= *args.output_scale; }
+    // A q16 kernel quantizes its 16-bit Q into sQ here (quantize_q.cuh); its per-row scales join the softmax's.
+    if constexpr (Traits::kQ16) {
+      if (has_work) { QuantizeQ<Traits>::run(args, seq, tile.m_block, tile.head, mma_thread, smem); }
+    }
     OnlineSoftmax softmax = args.softcap_tanh_scale != 0.f
                                 ? OnlineSoftmax(args.softcap_log2, args.softcap_tanh_scale * qk_descale)
                                 : OnlineSoftmax(args.softmax_scale_log2 * qk_descale, 0.f);
-    typename MainloopMma<Traits>::FragmentO tOrO;
+    typename Mainloop::FragmentO tOrO;
     clear(tOrO);
     if (has_work) {
-      smem.barrier_q.wait(0);
-      MainloopMma<Traits>::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
+      if constexpr (Traits::kSplitDv) {
+        if (mma_thread < 128) {
+          if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
+          Mainloop::run_score_warpgroup(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
+        } else {
+          Mainloop::run_pv_warpgroup(smem, pipeline_vt, range, mma_thread - 128, tOrO);
+        }
+      } else {
+        if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }  // Q by TMA (a q16 kernel's is in sQ already)
+        Mainloop::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
+      }
     }
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
     const TileCoord epilogue_tile = TileScheduler::tile_again(args, smem.scheduled_tile);  // == tile
@@ -161,14 +187,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     if (args.sink != nullptr && !args.split_kv) {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
-        const int head_q = pack.row_target(epilogue_tile.m_block * kBlockM + accumulator_row(epilogue_thread, h), epilogue_tile.head).head_q;
+        const int row = accumulator_row(Traits::row_thread(epilogue_thread), h);
+        const int head_q = pack.row_target(epilogue_tile.m_block * kBlockM + row, epilogue_tile.head).head_q;
         const float sink = args.sink_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[head_q])
                                              : static_cast<const float*>(args.sink)[head_q];
         sink_log2[h] = sink * kLog2e;
       }
     }
     float o_scale[2], lse[2];
-    softmax.finalize(v_descale, sink_log2, o_scale, lse);
+    softmax.finalize(v_descale, sink_log2, q_row_scale_of<Traits>(smem), o_scale, lse);
+    // Split dv: the P V warpgroup's o_scale is the score warpgroup's (its own softmax saw no scores).
+    if constexpr (Traits::kSplitDv) {
+      if (has_work) { Mainloop::share_output_scale(smem, mma_thread, o_scale); }
+    }
     // Programmatic dependent launch: once every CTA is here, the split-KV combine may start launching; it waits
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
     // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/design.md, Measured

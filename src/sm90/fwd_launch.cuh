@@ -65,6 +65,9 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
   a.num_heads_kv = p.num_heads_kv;
   a.qheads_per_kvhead = p.num_heads_q / p.num_heads_kv;
   a.pack_gqa = config.pack_gqa;
+  a.q_bf16 = p.q_dtype == FP8ATTN_DTYPE_BF16;
+  a.kv_shared = p.k == p.v && p.head_dim == p.head_dim_v && p.k_batch_stride == p.v_batch_stride &&
+                p.k_row_stride == p.v_row_stride && p.k_head_stride == p.v_head_stride;
   a.packed_rows_divmod = cutlass::FastDivmod(config.pack_gqa ? a.qheads_per_kvhead : 1);
   a.q = static_cast<const uint8_t*>(p.q);
   a.q_batch_stride = p.q_batch_stride;
@@ -132,16 +135,19 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
   params.shape_k = GmemShape{rows_k, p.head_dim, p.num_heads_kv, batches_k};
   params.shape_v = GmemShape{rows_k, p.head_dim_v, p.num_heads_kv, batches_k};
 
-  auto q = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)), params.shape_q,
-                       GmemStride{p.q_row_stride, _1{}, p.q_head_stride, p.q_batch_stride});
   auto k = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.k)), params.shape_k,
                        GmemStride{p.k_row_stride, _1{}, p.k_head_stride, p.k_batch_stride});
   auto v = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.v)), params.shape_v,
                        GmemStride{p.v_row_stride, _1{}, p.v_head_stride, p.v_batch_stride});
-  // K/V descriptors for the kernel's path only (producer_load.cuh): paged K/V goes by 16-row boxes, the rest by
-  // tiles; the kernel prefetches and reads only those. Each encoding is ~0.1 us of every eager call's host time.
-  params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQ{},
-                               Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
+  // Descriptors for the kernel's path only (producer_load.cuh): paged K/V goes by 16-row boxes, the rest by
+  // tiles, and a 16-bit Q is read by the MMA warpgroups (quantize_q.cuh), not by TMA; the kernel prefetches and
+  // reads only those. Each encoding is ~0.1 us of every eager call's host time.
+  if constexpr (!Traits::kQ16) {
+    auto q = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)), params.shape_q,
+                         GmemStride{p.q_row_stride, _1{}, p.q_head_stride, p.q_batch_stride});
+    params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQ{},
+                                 Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
+  }
   if (paged) {
     params.tma_k_box = make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutKBox{},
                                      Shape<Int<Traits::kBoxRows>, Int<Traits::kHeadDim>>{}, _1{});

@@ -33,9 +33,14 @@ struct FwdArgs {
   // PackGQA: the q heads of one kv head share a CTA, interleaved along M (tile row = token * G + g).
   // Without it, G = 1 and each CTA serves one q head. The row math is PackGqa's (pack_gqa.cuh).
   bool pack_gqa = false;
+  bool q_bf16 = false;  // the q16 kernels' Q: bf16, else fp16 (in the padding after pack_gqa: no field moves)
+  // k and v are one tensor (same address and strides: Gemma-4's K = V). The split-dv kernels then load each KV tile
+  // once and transpose V from the K stage (producer_load.cuh); the other kernels do not look. (Padding: no field moves.)
+  bool kv_shared = false;
   cutlass::FastDivmod packed_rows_divmod;  // divides a packed row by G (G = 1 when not packing)
 
-  // Q for the PackGQA gather (TMA reads it otherwise): dense [batch, seqlen_q, heads_q, d] or varlen [total_q, ...]
+  // Q for the PackGQA gather and the q16 kernels' loads (TMA reads an E4M3 Q otherwise): dense [batch, seqlen_q,
+  // heads_q, d] or varlen [total_q, ...], element strides (of Q's type).
   const uint8_t* q = nullptr;
   int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
 

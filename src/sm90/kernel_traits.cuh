@@ -1,7 +1,8 @@
 // fp8attn SM90 forward: compile-time shape of one kernel instantiation.
 //
 // One CTA = one producer warpgroup (TMA loads + the V transpose) and kBlockM / 64 MMA warpgroups, each
-// owning 64 query rows. Both GEMMs are FP8 WGMMA: S = Q K^T with both operands in shared memory (SS),
+// owning 64 query rows — or, with split dv (dv = 512), two MMA warpgroups sharing 64 rows, each owning half of O's
+// columns (mainloop_split_dv.cuh). Both GEMMs are FP8 WGMMA: S = Q K^T with both operands in shared memory (SS),
 // O_tile = P V with P from registers (RS) and V^T in shared memory. FP8 WGMMA only takes K-major
 // operands, and V arrives row-major ([keys, dv]), so the producer transposes every V tile into sVt.
 // docs/design.md has the byte and cycle budget behind these numbers.
@@ -44,7 +45,9 @@ constexpr auto k_major_swizzle_atom() {
 // KV tiles in the FP8 WGMMA accumulator); src/kernels.list declares one such kernel, for the long-KV
 // accuracy test and the cost measurement of two-level accumulation. select_config() never picks it.
 // kVarlenSchedule_ = true: the varlen schedule's tile list instead of the direct grid (tile_scheduler.cuh).
-template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, bool kTwoLevel_ = true, bool kVarlenSchedule_ = false>
+// kQ16_ = true: Q arrives in fp16/bf16 and the MMA warpgroups quantize it per row (quantize_q.cuh).
+template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, bool kTwoLevel_ = true, bool kVarlenSchedule_ = false,
+          bool kQ16_ = false>
 struct KernelTraits {
   using Element = cutlass::float_e4m3_t;  // Q, K, V and P
   using ElementAccum = float;
@@ -55,9 +58,17 @@ struct KernelTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = stages_for(kBlockM_, kBlockN_, kHeadDimV_);  // see kernel_rules.h
   static constexpr bool kTwoLevel = kTwoLevel_;
+  static constexpr bool kQ16 = kQ16_;
   using TileScheduler = std::conditional_t<kVarlenSchedule_, VarlenListScheduler<kBlockM_>, DirectGridScheduler>;
 
-  static constexpr int kNumMmaWarpgroups = kBlockM / 64;
+  // Split dv: two MMA warpgroups on one 64-row tile, O's columns halved between them (kernel_rules.h).
+  static constexpr bool kSplitDv = split_dv(kHeadDimV_);
+  static constexpr int kNumRowWarpgroups = kBlockM / 64;  // warpgroups along M: the GEMMs' atom layout
+  static constexpr int kNumMmaWarpgroups = kSplitDv ? 2 : kNumRowWarpgroups;
+  static constexpr int kHeadDimVPerWarpgroup = kSplitDv ? kHeadDimV / 2 : kHeadDimV;  // O's columns per warpgroup
+  // The thread whose accumulator rows accumulator_row() (utils.cuh) gives for MMA thread mma_thread: with split dv
+  // both warpgroups hold the tile's same 64 rows.
+  CUTE_HOST_DEVICE static constexpr int row_thread(int mma_thread) { return kSplitDv ? mma_thread % 128 : mma_thread; }
   static constexpr int kNumProducerThreads = 128;
   static constexpr int kNumTransposeThreads = 96;  // producer warps 1-3; warp 0 issues the loads
   static constexpr int kNumMmaThreads = 128 * kNumMmaWarpgroups;
@@ -75,7 +86,7 @@ struct KernelTraits {
   static constexpr int kPvChunk = kPvAfterSoftmax ? kBlockN
                                  : kHeadDimV > 128 ? 64
                                  : (kCtasPerSm == 2 && kHeadDimV == 128) || kNumMmaWarpgroups == 3 ? 32 : kHeadDimV;
-  static constexpr int kNumPvChunks = kHeadDimV / kPvChunk;
+  static constexpr int kNumPvChunks = kHeadDimVPerWarpgroup / kPvChunk;  // per MMA warpgroup
   // The softmax's instruction order (OnlineSoftmax::online): both row maxima first, then both row halves'
   // exponentials interleaved, where that measured faster — P V after the softmax (d256, +3-6%) and the 192-row
   // d64 tile (three warpgroups at 160 registers, +3% at 16k). The overlapped 128-row loop (d128) needs row half
@@ -98,11 +109,13 @@ struct KernelTraits {
                 "register split over the CTA's launch pool");
 
   static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192, "block_m is 64, 128 or 192 (1-3 MMA warpgroups)");
+  static_assert(!kSplitDv || (kBlockM == 64 && kHeadDimV == 512 && kBlockN == 64 && kTwoLevel_),
+                "split dv: one 64-row tile of 64-key blocks, two-level (design.md section 8)");
   static_assert(kBlockN % 32 == 0 && kBlockN <= 256, "block_n is a multiple of the FP8 WGMMA K step (32)");
   static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0, "head dims are multiples of 32");
   static_assert(kHeadDimV % kPvChunk == 0 && kPvChunk % 8 == 0 && kPvChunk <= 256, "PV chunk is a WGMMA N");
 
-  using AtomLayoutMma = Layout<Shape<Int<kNumMmaWarpgroups>, _1, _1>>;
+  using AtomLayoutMma = Layout<Shape<Int<kNumRowWarpgroups>, _1, _1>>;
   // S = Q K^T: (kBlockM, kBlockN) accumulated over kHeadDim.
   using TiledMmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
@@ -137,14 +150,20 @@ struct KernelTraits {
       AtomLayoutMma{}));
   using TiledMmaPvSum = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, ElementAccum, Shape<_64, _8, Int<kBlockN>>>(), AtomLayoutMma{}));
+  // Split dv: the second MMA warpgroup's P V chunk, P from shared memory (sP, written by the first warpgroup).
+  using TiledMmaPvFromSmem = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kPvChunk>, Int<kBlockN>>>(), AtomLayoutMma{}));
 
   using SmemLayoutQ = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
                                              Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (BLK_M, D)
   using SmemLayoutK = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
                                              Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));  // (BLK_N, D, PIPE)
-  // V as TMA lands it: row-major [keys, dv], swizzled like K so ldmatrix.trans reads are conflict-free.
+  // V as TMA lands it: row-major [keys, dv], swizzled like K so ldmatrix.trans reads are conflict-free. Split dv
+  // keeps one stage: shared memory holds no second 32 KB one, and with K = V (Gemma-4) V is not loaded at all (the
+  // transpose reads the K stage, producer_load.cuh).
+  static constexpr int kVLoadStages = kSplitDv ? 1 : kStages;
   using SmemLayoutVLoad = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDimV>(),
-                                                 Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));  // (BLK_N, DV, PIPE)
+                                                 Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kVLoadStages>>{}));  // (BLK_N, DV, VPIPE)
   // V^T for the PV GEMM: [dv (+ 8 ones rows when kPvSumInPv), key slots], K-major. Key slots follow the P
   // register order (see transpose_v.cuh).
   using SmemLayoutVt = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(),
@@ -157,6 +176,9 @@ struct KernelTraits {
 
   // The B operand of a separate P x ones (!kPvSumInPv): 8 rows of E4M3 1.0, K-major.
   using SmemLayoutOnes = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<_8, Int<kBlockN>>{}));  // (8, BLK_N)
+  // Split dv: P of one block as the second warpgroup's P V reads it, K-major (A slots in the first warpgroup's
+  // register order, which V^T's key slots follow; mainloop_split_dv.cuh).
+  using SmemLayoutP = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (BLK_M, BLK_N)
   static constexpr int kOnesBytes = kPvSumInPv ? 0 : int(cute::cosize_v<SmemLayoutOnes>);
   static constexpr uint8_t kE4m3One = 0x38;  // E4M3 1.0 (S.0111.000)
 
@@ -170,7 +192,7 @@ struct KernelTraits {
   using SmemLayoutVBox = decltype(composition(take<0, 2>(SmemLayoutVLoad{}), Shape<Int<kBoxRows>, Int<kHeadDimV>>{}));  // (BOX, DV)
 
   using PipelineK = cutlass::PipelineTmaAsync<kStages>;      // TMA -> MMA warpgroups
-  using PipelineVLoad = cutlass::PipelineTmaAsync<kStages>;  // TMA -> producer warpgroup (transpose)
+  using PipelineVLoad = cutlass::PipelineTmaAsync<kVLoadStages>;  // TMA -> producer warpgroup (transpose)
   using PipelineVt = cutlass::PipelineAsync<kStages>;        // producer warpgroup -> MMA warpgroups
 
   struct SharedStorage {
@@ -186,6 +208,13 @@ struct KernelTraits {
     typename PipelineVt::SharedStorage pipeline_vt;
     cutlass::arch::ClusterTransactionBarrier barrier_q;
     TileCoord scheduled_tile;  // the varlen schedule's tile, found once, for the epilogue
+    // q16 kernels: each tile row's Q scale (amax / 448, quantize_q.cuh); last, so that the E4M3 kernels' members
+    // keep their offsets.
+    float q_row_scale[kQ16 ? kBlockM : 1];
+    // Split dv (mainloop_split_dv.cuh): the block's P, and per row the factor the second warpgroup applies to its O
+    // half — each block's rescale, then the output scale (1 / row sum). Unused (small) otherwise.
+    alignas(128) cute::array_aligned<Element, kSplitDv ? int(cute::cosize_v<SmemLayoutP>) : 16> smem_p;
+    float split_dv_row_factor[kSplitDv ? kBlockM : 1];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes * kCtasPerSm <= 227 * 1024, "shared memory over the SM90 limit for kCtasPerSm CTAs");

@@ -24,6 +24,7 @@
 
 #include "sm90/kernel_args.cuh"
 #include "sm90/mask.cuh"
+#include "sm90/quantize_q.cuh"
 #include "sm90/softmax.cuh"
 #include "sm90/utils.cuh"
 
@@ -112,7 +113,8 @@ struct MainloopMma {
     // S -> P for one block: softcap (when on), mask (boundary blocks only), online softmax, FP8 conversion into PV
     // A order.
     auto scores_to_p = [&](int n_block, float (&rescale)[2]) {
-      if (softmax.softcap_tanh_scale != 0.f) { softmax.softcap(tSrS); }
+      const auto q_scale = q_row_scale_of<Traits>(smem);
+      if (softmax.softcap_tanh_scale != 0.f) { softmax.softcap(tSrS, q_scale); }
       if (mask.needs_mask(n_block)) {
         // Coordinates of tSrS, from the thread index read again: only boundary blocks need them, and held
         // through the loop they would take a register the MMA warpgroups do not have.
@@ -120,7 +122,7 @@ struct MainloopMma {
         Tensor tScS = tiled_mma_qk.get_thread_slice(thread).partition_C(cS);  // (MMA, MMA_M, MMA_N) -> (row, col)
         mask.apply(tSrS, tScS, n_block);
       }
-      softmax.template online<Traits::kSoftmaxRowHalvesInterleaved>(tSrS, rescale);
+      softmax.template online<Traits::kSoftmaxRowHalvesInterleaved>(tSrS, rescale, q_scale);
     };
     auto issue_qk = [&](int stage) {
       warpgroup_fence_operand(tSrS);

@@ -5,13 +5,16 @@
 // for the MMA warpgroups, through a second pipeline. Warp 0 only issues loads, so
 // it runs ahead by as many tiles as there are stages; warps 1-3 only transpose. The transpose of block n
 // runs while later blocks' loads are in flight and the MMA warpgroups work on block n+1 (blocks are
-// visited from the last to the first).
+// visited from the last to the first). Split dv with K = V (args.kv_shared): each tile is loaded once, into the K
+// stage, and the transpose warps read V from there (the K stage is released by the score warpgroup and by them).
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cute/arch/copy_sm75.hpp>
 #include <cute/arch/copy_sm90.hpp>
 #include <cutlass/arch/barrier.h>
+
+#include <type_traits>
 
 #include "sm90/kernel_args.cuh"
 #include "sm90/mask.cuh"
@@ -33,11 +36,24 @@ struct ProducerLoad {
   using PipelineVLoad = typename Traits::PipelineVLoad;
   using PipelineVt = typename Traits::PipelineVt;
   using PipelineState = cutlass::PipelineState<Traits::kStages>;
+  using VLoadState = cutlass::PipelineState<Traits::kVLoadStages>;
+  // Split dv with K = V: V is the K stage (identical layouts when d = dv).
+  static constexpr bool kMayShareKv = Traits::kSplitDv && Traits::kHeadDim == Traits::kHeadDimV;
+  static_assert(!kMayShareKv || std::is_same_v<decltype(take<0, 2>(typename Traits::SmemLayoutK{})),
+                                               decltype(take<0, 2>(typename Traits::SmemLayoutVLoad{}))>,
+                "a K stage has the layout of a V-as-loaded stage (the transpose's offsets, transpose_v.cuh)");
+  CUTE_DEVICE static bool shares_kv(const FwdArgs& args) {
+    if constexpr (kMayShareKv) {
+      return args.kv_shared;
+    } else {
+      return false;
+    }
+  }
 
   // The load warp's pipeline positions, carried from the loads issued before the CTA barrier to the rest.
   struct LoadStates {
     PipelineState k = cutlass::make_producer_start_state<PipelineK>();
-    PipelineState v = cutlass::make_producer_start_state<PipelineVLoad>();
+    VLoadState v = cutlass::make_producer_start_state<PipelineVLoad>();
   };
 
   // Thread 0, right after it has initialised the barriers and before the ones rows and the CTA barrier
@@ -50,7 +66,7 @@ struct ProducerLoad {
                                             PipelineVLoad& pipeline_vload, const SeqInfo& seq, KvBlockRange range,
                                             int m_block, int kv_head, int head_q, LoadStates& states) {
     if (params.args.pack_gqa || params.args.block_table != nullptr) { return false; }
-    load_q(params, smem, seq, m_block, head_q);
+    if constexpr (!Traits::kQ16) { load_q(params, smem, seq, m_block, head_q); }
     load_kv_tiles(params, seq, range.n_block_max - 1, range.n_block_max - 1, kv_head, smem, pipeline_k, pipeline_vload, states);
     return true;
   }
@@ -66,7 +82,9 @@ struct ProducerLoad {
     // One thread issues every TMA; it is also the pipelines' leader (expect-tx on the full barriers).
     const bool is_tma_issuer = threadIdx.x == 0;
 
-    if (args.pack_gqa) {
+    if constexpr (Traits::kQ16) {
+      // A 16-bit Q is the MMA warpgroups' to load and quantize (quantize_q.cuh).
+    } else if (args.pack_gqa) {
       // Warps 1-3 gather Q while warp 0 already issues the K/V loads: the gather is a chain of dependent
       // global loads, and decode is latency-bound on short sequences.
       if (warp != 0) {
@@ -86,8 +104,11 @@ struct ProducerLoad {
         Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
         load_kv_paged(params, seq, range, kv_head, batch, lane, sK, sVLoad, pipeline_k, pipeline_vload);
       }
+    } else if (shares_kv(args)) {
+      transpose_v_tiles(smem, smem.smem_k.data(), pipeline_k, PipelineState{}, pipeline_vt, seq, range, warp - 1, lane);
     } else {
-      transpose_v_tiles(smem, pipeline_vload, pipeline_vt, seq, range, warp - 1, lane);
+      transpose_v_tiles(smem, smem.smem_vload.data(), pipeline_vload, VLoadState{}, pipeline_vt, seq, range, warp - 1,
+                        lane);
     }
   }
 
@@ -122,12 +143,15 @@ struct ProducerLoad {
     auto [tKgK, tKsK] = tma_partition(params.tma_k_tile, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(params.tma_v_tile, _0{}, Layout<_1>{}, group_modes<0, 2>(sVLoad),
                                       group_modes<0, 2>(gV));
+    const bool kv_shared = shares_kv(params.args);
     for (int n_block = n_block_from; n_block >= n_block_to; --n_block) {
       // V first: its transpose is the longer path to the MMA warpgroups.
-      pipeline_vload.producer_acquire(states.v);
-      copy(params.tma_v_tile.with(*pipeline_vload.producer_get_barrier(states.v), 0), tVgV(_, n_block),
-           tVsV(_, states.v.index()));
-      ++states.v;
+      if (!kv_shared) {
+        pipeline_vload.producer_acquire(states.v);
+        copy(params.tma_v_tile.with(*pipeline_vload.producer_get_barrier(states.v), 0), tVgV(_, n_block),
+             tVsV(_, states.v.index()));
+        ++states.v;
+      }
       pipeline_k.producer_acquire(states.k);
       copy(params.tma_k_tile.with(*pipeline_k.producer_get_barrier(states.k), 0), tKgK(_, n_block),
            tKsK(_, states.k.index()));
@@ -147,18 +171,21 @@ struct ProducerLoad {
     const bool is_leader = lane == 0;
     const bool loads_a_box = lane < Traits::kBoxesPerTile;
     PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
-    PipelineState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
+    VLoadState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
+    const bool kv_shared = shares_kv(params.args);
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
       int box_row, box_page;
       locate_box(params.args, seq, batch, n_block, lane, box_row, box_page);
-      if (is_leader) { pipeline_vload.producer_acquire(load_v_state); }
-      __syncwarp();
-      if (loads_a_box) {
-        Tensor sVStage = sVLoad(_, _, load_v_state.index());  // (BLK_N, DV)
-        copy_box<kHeadDimV>(params.tma_v_box, *pipeline_vload.producer_get_barrier(load_v_state), mV, box_row, kv_head,
-                            box_page, sVStage, lane);
+      if (!kv_shared) {
+        if (is_leader) { pipeline_vload.producer_acquire(load_v_state); }
+        __syncwarp();
+        if (loads_a_box) {
+          Tensor sVStage = sVLoad(_, _, load_v_state.index());  // (BLK_N, DV)
+          copy_box<kHeadDimV>(params.tma_v_box, *pipeline_vload.producer_get_barrier(load_v_state), mV, box_row,
+                              kv_head, box_page, sVStage, lane);
+        }
+        ++load_v_state;
       }
-      ++load_v_state;
       if (is_leader) { pipeline_k.producer_acquire(load_k_state); }
       __syncwarp();
       if (loads_a_box) {
@@ -223,22 +250,24 @@ struct ProducerLoad {
     smem.barrier_q.arrive();
   }
 
-  // Warps 1-3 (transpose_warp 0-2): every V tile of the range, [keys, dv] in sVLoad to [dv, key slots] in
-  // sVt (transpose_v.cuh), from the last block to the first like the loads.
-  CUTE_DEVICE static void transpose_v_tiles(SharedStorage& smem, PipelineVLoad& pipeline_vload, PipelineVt& pipeline_vt,
-                                            const SeqInfo& seq, KvBlockRange range, int transpose_warp, int lane) {
+  // Warps 1-3 (transpose_warp 0-2): every V tile of the range, [keys, dv] as loaded (sVLoad through
+  // pipeline_vload, or with K = V the K stage through pipeline_k) to [dv, key slots] in sVt (transpose_v.cuh), from
+  // the last block to the first like the loads. read_state: the start of the read pipeline's consumer side.
+  template <class PipelineRead, class ReadState>
+  CUTE_DEVICE static void transpose_v_tiles(SharedStorage& smem, Element* v_loaded, PipelineRead& pipeline_read,
+                                            ReadState read_state, PipelineVt& pipeline_vt, const SeqInfo& seq,
+                                            KvBlockRange range, int transpose_warp, int lane) {
     using Plan = VTransposePlan<Traits>;
     using Warp = VTransposeWarp<Traits>;
     // Shared-memory window addresses of this lane in stage 0; a stage adds its size.
-    const uint32_t load_lane0 = cast_smem_ptr_to_uint(smem.smem_vload.data()) + Plan::load_lane_offset(lane);
+    const uint32_t load_lane0 = cast_smem_ptr_to_uint(v_loaded) + Plan::load_lane_offset(lane);
     const uint32_t store_lane0 = cast_smem_ptr_to_uint(smem.smem_vt.data()) + Plan::store_lane_offset(lane);
     const uint32_t first_selector = Plan::first_selector(lane);
     const uint32_t second_selector = Plan::second_selector(lane);
-    PipelineState read_state;  // consumer side of pipeline_vload
     PipelineState write_state = cutlass::make_producer_start_state<PipelineVt>();
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
       const int valid_keys = seq.seqlen_k - n_block * kBlockN;
-      pipeline_vload.consumer_wait(read_state);
+      pipeline_read.consumer_wait(read_state);
       pipeline_vt.producer_acquire(write_state);
       const uint32_t load_base = load_lane0 + read_state.index() * Plan::kLoadStageBytes;
       const uint32_t store_base = store_lane0 + write_state.index() * Plan::kStoreStageBytes;
@@ -251,7 +280,7 @@ struct ProducerLoad {
       // The MMA warpgroups read sVt through the async proxy (WGMMA): order our generic-proxy stores first.
       cutlass::arch::fence_view_async_shared();
       pipeline_vt.producer_commit(write_state);
-      pipeline_vload.consumer_release(read_state);
+      pipeline_read.consumer_release(read_state);
       ++read_state;
       ++write_state;
     }

@@ -39,6 +39,20 @@ CUTE_DEVICE uint3 block_idx_reread() {
   return block;
 }
 
+// A float from shared memory that the compiler may neither hoist nor merge with an earlier load: a value read
+// where it is used (once per KV block) instead of held in a register through the loop.
+CUTE_DEVICE float ld_shared_volatile(const float* address) {
+  float value;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(value) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(address))));
+  return value;
+}
+
+// A float into shared memory as a volatile store: kept in program order with the named-barrier asm around it (the
+// split-dv hand-over, mainloop_split_dv.cuh, whose barriers carry no memory clobber).
+CUTE_DEVICE void st_shared_volatile(float* address, float value) {
+  asm volatile("st.shared.f32 [%0], %1;" : : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(address))), "f"(value));
+}
+
 // Two fp32 values to two E4M3 bytes (lo in the low byte), round-to-nearest-even, saturating at 448.
 CUTE_DEVICE uint32_t pack_e4m3x2(float lo, float hi) {
   uint16_t packed;

@@ -22,6 +22,18 @@ constexpr float kFp8MaxOffset = 8.f;  // log2 of the P bias
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// A 16-bit Q's per-row scale (amax / 448, quantize_q.cuh) multiplies every score of its row. Each softmax step
+// takes the scales of the thread's two rows: UniformRowScale (E4M3 Q: 1, which the compiler folds away, so the
+// E4M3 kernels compile as without it) or QRowScale (the q16 kernels: read from shared memory where used, once per
+// KV block, not held in registers through the loop, which the 64-row d192 kernel does not have).
+struct UniformRowScale {
+  CUTE_DEVICE float operator[](int) const { return 1.f; }
+};
+struct QRowScale {
+  float value[2];
+  CUTE_DEVICE float operator[](int h) const { return value[h]; }
+};
+
 // Per thread: the two accumulator rows it holds (row halves h = 0, 1 of its quad).
 struct OnlineSoftmax {
   float row_max[2];  // raw score units; -inf until a visible key is seen
@@ -47,10 +59,18 @@ struct OnlineSoftmax {
   // (Traits::kSoftmaxRowHalvesInterleaved): kRowHalvesInterleaved = false takes row half 0's maximum and
   // exponentials, then row half 1's; true takes both maxima first (each as a tree of FMNMX), then the
   // exponentials of both halves interleaved. The instruction counts are equal; the order is ptxas's schedule.
-  template <bool kRowHalvesInterleaved, class TensorS>
-  CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2]) {
+  // The exponent's multiplier of row half h's scores: a row scale joins it when the scores are raw, the tanh's
+  // when they are capped (softcap()).
+  template <class RowScale>
+  CUTE_DEVICE float row_scale_log2(const RowScale& q_scale, int h) const {
+    return softcap_tanh_scale != 0.f ? scale_log2 : scale_log2 * q_scale[h];
+  }
+
+  template <bool kRowHalvesInterleaved, class TensorS, class RowScale>
+  CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2], const RowScale& q_scale) {
     using Acc = AccumulatorIndex;
     constexpr int kBlocks = decltype(size(tSrS))::value / Acc::kValuesPerBlock;  // n8 blocks
+    const float scale[2] = {row_scale_log2(q_scale, 0), row_scale_log2(q_scale, 1)};
     float exp_offset[2];  // m * scale_log2 - 8 per row half
     // The larger of the two scores of row half h in n8 block j.
     auto pair_max = [&](int h, int j) { return fmaxf(tSrS(Acc::of(0, h, j)), tSrS(Acc::of(1, h, j))); };
@@ -59,15 +79,15 @@ struct OnlineSoftmax {
       const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max));
       // A row with no visible key yet keeps -inf; use 0 as its reference so no -inf - -inf = NaN appears.
       const float max_ref = new_max == -INFINITY ? 0.f : new_max;
-      o_rescale[h] = exp2_approx((row_max[h] - max_ref) * scale_log2);
+      o_rescale[h] = exp2_approx((row_max[h] - max_ref) * scale[h]);
       row_max[h] = new_max;
-      exp_offset[h] = max_ref * scale_log2 - kFp8MaxOffset;
+      exp_offset[h] = max_ref * scale[h] - kFp8MaxOffset;
     };
     auto exponentiate = [&](int h, int j, float& sum) {  // the n8 block j of row half h; its P added to sum
       CUTE_UNROLL
       for (int c = 0; c < 2; ++c) {
         float& s = tSrS(Acc::of(c, h, j));
-        s = exp2_approx(fmaf(s, scale_log2, -exp_offset[h]));
+        s = exp2_approx(fmaf(s, scale[h], -exp_offset[h]));
         sum += s;
       }
     };
@@ -110,10 +130,11 @@ struct OnlineSoftmax {
   // Softcap: one multiply and one MUFU.TANH per score, before the mask (a masked score must stay -inf, and
   // tanh(-inf) = -1 would not). The row maximum and the LSE are then of the capped logits / c, as the
   // exponent's scale_log2 = c * log2(e) expects.
-  template <class TensorS>
-  CUTE_DEVICE void softcap(TensorS& tSrS) const {
+  template <class TensorS, class RowScale>
+  CUTE_DEVICE void softcap(TensorS& tSrS, const RowScale& q_scale) const {
+    const float scale[2] = {softcap_tanh_scale * q_scale[0], softcap_tanh_scale * q_scale[1]};
     CUTE_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) { tSrS(i) = tanh_approx(tSrS(i) * softcap_tanh_scale); }
+    for (int i = 0; i < size(tSrS); ++i) { tSrS(i) = tanh_approx(tSrS(i) * scale[AccumulatorIndex::row_half(i)]); }
   }
 
   // Folds one block's sum of rounded P (the same for every thread of the row) like O: sum * rescale + tile.
@@ -125,12 +146,14 @@ struct OnlineSoftmax {
   // After the last KV block: the per-row factor that turns O into the output (v_descale / sum, 0 for an
   // empty row) and the natural-log LSE. sink_log2[h] = sink * log2(e) of the row's q head, or -inf without a
   // sink. The sink joins the denominator only: exp(sink) relative to the reference point 2^(m*scale_log2 - 8) of P.
-  CUTE_DEVICE void finalize(float v_descale, const float (&sink_log2)[2], float (&o_scale)[2], float (&lse)[2]) const {
+  template <class RowScale>
+  CUTE_DEVICE void finalize(float v_descale, const float (&sink_log2)[2], const RowScale& q_scale, float (&o_scale)[2],
+                            float (&lse)[2]) const {
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       float sum = quad_allreduce_sum(row_sum[h]);
       float o_sum = pv_sum[h];
-      float reference = row_max[h] == -INFINITY ? -INFINITY : row_max[h] * scale_log2 - kFp8MaxOffset;
+      float reference = row_max[h] == -INFINITY ? -INFINITY : row_max[h] * row_scale_log2(q_scale, h) - kFp8MaxOffset;
       float factor = 1.f;
       if (sink_log2[h] != -INFINITY) {
         // Move the reference up if the sink dominates, so exp2 stays finite.

@@ -4,6 +4,7 @@
 #include <cute/tensor.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "sm90/ptx.cuh"
 
@@ -11,13 +12,38 @@ namespace fp8attn::sm90 {
 
 using namespace cute;
 
-// The named barriers (bar.sync ids) the kernels use; CUTLASS's pipelines synchronize through mbarriers instead.
+// The named barriers (bar.sync ids, cutlass::arch::NamedBarrier's user ids 0-7: hardware barriers 8-15) the kernels
+// use; CUTLASS's pipelines synchronize through mbarriers instead.
 // Each id is an immediate at its call site: a register id makes ptxas reserve all 16.
 enum NamedBarrierId : uint32_t {
   kEpilogueWarpgroup0 = 0,  // one MMA warpgroup's staged output rows (epilogue.cuh), per warpgroup
   kEpilogueWarpgroup1 = 1,
   kEpilogueWarpgroup2 = 2,
+  kQuantizeQWarpgroup0 = 3,  // one MMA warpgroup's rows of a 16-bit Q, quantized into sQ (quantize_q.cuh)
+  kQuantizeQWarpgroup1 = 4,
+  kQuantizeQWarpgroup2 = 5,
+  kSplitDvPFull = 6,   // split dv: the score warpgroup has written P and the row factors (mainloop_split_dv.cuh)
+  kSplitDvPEmpty = 7,  // split dv: the P V warpgroup has read them
+  // Split dv: both MMA warpgroups' rows of a 16-bit Q are in sQ (quantize_q.cuh). The split-dv kernels have no
+  // per-warpgroup quantizer barriers, so this one takes the first's id: CUTLASS's NamedBarrier offers 8 (0-7).
+  kQuantizeQSplitDv = kQuantizeQWarpgroup0,
 };
+static_assert(kSplitDvPEmpty < cutlass::arch::NamedBarrier::HardwareMaxNumNamedBarriers -
+                                 cutlass::arch::NamedBarrier::ReservedNamedBarrierCount,
+              "NamedBarrier user ids are 0-7");
+
+// Synchronizes the 128 threads of MMA warpgroup `warpgroup` (0-based) on its own barrier of a per-warpgroup triple
+// kFirst, kFirst + 1, kFirst + 2 (NamedBarrierId), each id an immediate at its call site.
+template <int kNumMmaWarpgroups, uint32_t kFirst>
+CUTE_DEVICE void warpgroup_named_sync(int warpgroup) {
+  if (warpgroup == 0) {
+    cutlass::arch::NamedBarrier::sync(128, kFirst);
+  } else if (kNumMmaWarpgroups == 2 || warpgroup == 1) {
+    cutlass::arch::NamedBarrier::sync(128, kFirst + 1);
+  } else {
+    cutlass::arch::NamedBarrier::sync(128, kFirst + 2);
+  }
+}
 
 // Reductions over the 4 threads of a quad, which together hold one accumulator row.
 CUTE_DEVICE float quad_allreduce_max(float x) {
@@ -87,6 +113,17 @@ CUTE_DEVICE void scores_to_pv_operand(TensorS const& tSrS, TensorP& tOrP) {
 // MMA thread mma_thread (warpgroup w owns rows 64w .. 64w + 63; warp k of it 16 rows; lane / 4 the row).
 CUTE_HOST_DEVICE constexpr int accumulator_row(int mma_thread, int h) {
   return (mma_thread / 128) * 64 + ((mma_thread % 128) / 32) * 16 + (mma_thread % 32) / 4 + 8 * h;
+}
+
+// Where word `word` (4 FP8 A slots) of MMA thread mma_thread's P operand, in scores_to_pv_operand's order (word = h
+// + 2 kh + 4 kb), sits in the P tile: row accumulator_row(mma_thread, h), A slots slot0 .. slot0 + 3. The split-dv
+// kernels store P to shared memory by it (mainloop_split_dv.cuh); tests/cpu/test_p_operand_layout.cu checks it
+// against the RS WGMMA's A layout.
+struct PWordPosition {
+  int row, slot0;
+};
+CUTE_HOST_DEVICE constexpr PWordPosition p_word_position(int mma_thread, int word) {
+  return {accumulator_row(mma_thread, word % 2), 32 * (word / 4) + 16 * ((word / 2) % 2) + 4 * (mma_thread % 4)};
 }
 
 }  // namespace fp8attn::sm90

@@ -71,6 +71,7 @@ struct Case {
   int window_left = -1, window_right = -1;
   int num_splits = 0;
   int num_sms = 132;
+  fp8attn_dtype q_dtype = FP8ATTN_DTYPE_E4M3;  // F16 / BF16: the q16 kernels
 };
 
 std::string describe(const Case& c) {
@@ -78,7 +79,7 @@ std::string describe(const Case& c) {
   s << "d=" << c.d << " dv=" << c.dv << " sq=" << c.seqlen_q << " sk=" << c.seqlen_k << " heads=" << c.heads_q
     << ":" << c.heads_kv << " batch=" << c.batch << (c.paged ? " paged" : "") << (c.varlen ? " varlen" : "")
     << " causal=" << c.causal << " window=(" << c.window_left << "," << c.window_right << ")"
-    << " num_splits=" << c.num_splits << " sms=" << c.num_sms;
+    << " num_splits=" << c.num_splits << " sms=" << c.num_sms << (c.q_dtype != FP8ATTN_DTYPE_E4M3 ? " q16" : "");
   return s.str();
 }
 
@@ -101,7 +102,8 @@ FwdParams make_params(const Case& c, uintptr_t salt = 0) {
   p.v = fake(3, salt);
   p.out = fake(4, salt);
   p.lse = fake<float>(5, salt);
-  p.q_dtype = p.k_dtype = p.v_dtype = FP8ATTN_DTYPE_E4M3;
+  p.q_dtype = c.q_dtype;
+  p.k_dtype = p.v_dtype = FP8ATTN_DTYPE_E4M3;
   p.head_dim = c.d;
   p.head_dim_v = c.dv;
   p.softmax_scale = 0.125f;
@@ -148,6 +150,7 @@ std::string config_diff(const KernelConfig& a, const KernelConfig& b) {
   FP8ATTN_CMP(key.block_n)
   FP8ATTN_CMP(key.two_level)
   FP8ATTN_CMP(key.varlen_schedule)
+  FP8ATTN_CMP(key.q16)
   FP8ATTN_CMP(pack_gqa)
   FP8ATTN_CMP(num_splits)
   FP8ATTN_CMP(num_m_blocks)
@@ -178,6 +181,7 @@ std::string problem_diff(const ProblemShape& a, const ProblemShape& b) {
   FP8ATTN_CMP(window_right)
   FP8ATTN_CMP(num_splits_requested)
   FP8ATTN_CMP(num_sms)
+  FP8ATTN_CMP(q16)
 #undef FP8ATTN_CMP
   return s.str();
 }
@@ -207,6 +211,8 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   want.window_right = c.causal ? 0 : c.window_right;
   want.num_splits_requested = c.num_splits;
   want.num_sms = c.num_sms;
+  const bool q16 = c.q_dtype == FP8ATTN_DTYPE_F16 || c.q_dtype == FP8ATTN_DTYPE_BF16;
+  want.q16 = q16;
   const std::string pd = problem_diff(p, want);
   if (!pd.empty()) e << " describe_problem:" << pd << ";";
 
@@ -214,6 +220,12 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (k.key.head_dim != c.d || k.key.head_dim_v != c.dv) e << " key head dims differ from the problem's;";
   if (k.key.block_n != fp8attn::block_n_for(k.key.block_m, c.d)) e << " block_n != block_n_for(block_m, d);";
   if (!k.key.two_level) e << " picked the single-level (test-only) kernel;";
+  // A 16-bit Q runs on the q16 kernels, 64-row direct-grid ones only (src/kernels.list); an E4M3 Q never does. So
+  // does dv = 512 (split dv: two MMA warpgroups on one 64-row tile), with either Q.
+  if (k.key.q16 != q16) e << " q16 kernel " << k.key.q16 << " for q16 " << q16 << ";";
+  const bool single_kernel = q16 || c.dv == 512;
+  if (single_kernel && (k.key.block_m != 64 || k.key.varlen_schedule))
+    e << " q16 or dv 512 kernel not a 64-row direct-grid kernel;";
   if (k.key.block_m != 64 && k.key.block_m != 128 && k.key.block_m != 192) e << " block_m not 64, 128 or 192;";
 
   // PackGQA: never without a group; always for GQA decode whose packed rows fit one 64-row tile.
@@ -231,7 +243,7 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   const bool tall_tile =
       rows > 64 && c.d <= 128 && c.dv <= 64 && span >= 8192 && 10 * rows >= 9 * 192 * ceil_div(rows, 192);
   const bool two_cta_prefill = c.d <= 128 && (c.dv <= 64 || (c.d <= 96 && c.dv <= 96 && c.seqlen_k <= 1024));
-  const int want_block_m = tall_tile ? 192 : rows <= 64 || two_cta_prefill ? 64 : 128;
+  const int want_block_m = single_kernel ? 64 : tall_tile ? 192 : rows <= 64 || two_cta_prefill ? 64 : 128;
   // The varlen schedule takes 64-row tiles wherever they run two CTAs per SM (d, dv <= 128), 128 rows above.
   const int want_schedule_block_m = c.d <= 128 && c.dv <= 128 ? 64 : 128;
   if (k.key.block_m != (k.key.varlen_schedule ? want_schedule_block_m : want_block_m))
@@ -255,7 +267,7 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
     if (int64_t{k.grid_x} != heads * most_tiles) e << " varlen schedule grid_x " << k.grid_x << " != heads x " << most_tiles << ";";
     return e.str();
   }
-  if (lengths_differ && m_blocks > 1) e << " direct grid for a varlen batch of differing lengths;";
+  if (lengths_differ && m_blocks > 1 && !q16) e << " direct grid for a varlen batch of differing lengths;";
 
   // Grid: (m_blocks, heads, batch * splits), folded into gridDim.x exactly when heads or batch * splits pass
   // CUDA's 65535; nothing to launch when there are no queries.
@@ -321,7 +333,7 @@ TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
 
   int64_t checked = 0, failures = 0;
   std::vector<int> seen_block_m(257, 0);
-  int64_t seen_packed = 0, seen_split = 0;
+  int64_t seen_packed = 0, seen_split = 0, seen_q16 = 0;
   for (const auto& hd : fp8attn::kSupportedHeadDims)
     for (int sq : seqlens_q)
       for (int sk : seqlens_k)
@@ -345,9 +357,13 @@ TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
                     c.window_right = m.right;
                     c.num_splits = ns;
                     c.num_sms = n_sm;
+                    // A third of the points with a 16-bit Q (fp16 and bf16 alternating): the q16 kernels.
+                    c.q_dtype = checked % 3 != 2 ? FP8ATTN_DTYPE_E4M3
+                                : checked % 2 == 0 ? FP8ATTN_DTYPE_BF16 : FP8ATTN_DTYPE_F16;
                     const ProblemShape p = problem_of(c);
                     const KernelConfig k = fp8attn::select_config(p);
                     ++checked;
+                    seen_q16 += k.key.q16;
                     seen_block_m[std::min(k.key.block_m, 256)]++;
                     seen_packed += k.pack_gqa;
                     seen_split += ns == 0 && k.num_splits > 1;
@@ -361,22 +377,25 @@ TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
   EXPECT_GT(seen_block_m[192], 0);
   EXPECT_GT(seen_packed, 0);
   EXPECT_GT(seen_split, 0);
+  EXPECT_GT(seen_q16, 0);
   std::cout << "[ config sweep ] " << checked << " configs: block_m 64: " << seen_block_m[64]
             << ", block_m 128: " << seen_block_m[128] << ", block_m 192: " << seen_block_m[192] << ", packed: " << seen_packed
-            << ", heuristic splits > 1: " << seen_split << "\n";
+            << ", heuristic splits > 1: " << seen_split << ", q16: " << seen_q16 << "\n";
 }
 
 // The check the sweep relies on: is_declared_kernel() knows exactly src/kernels.list's two-level kernels the
 // policy may pick (and the one single-level comparison kernel, which it must never pick), direct grid and varlen
 // schedule apart.
 TEST(ConfigSweep, DeclaredKernelsAreTheList) {
-  struct K { int d, dv, bm, bn; bool varlen_schedule; };
+  struct K { int d, dv, bm, bn; bool varlen_schedule; bool q16 = false; };
   const K declared[] = {
       {64, 64, 64, 128, false},    {64, 64, 192, 128, false},   {96, 96, 128, 128, false},  {96, 96, 64, 128, false},
       {128, 128, 128, 128, false}, {128, 128, 64, 128, false},  {192, 192, 128, 96, false}, {192, 192, 64, 96, false},
       {192, 128, 128, 96, false},  {192, 128, 64, 96, false},   {256, 256, 128, 128, false}, {256, 256, 64, 64, false},
       {64, 64, 64, 128, true},     {96, 96, 64, 128, true},     {128, 128, 64, 128, true},   {192, 192, 128, 96, true},
-      {192, 128, 128, 96, true},   {256, 256, 128, 128, true}};
+      {192, 128, 128, 96, true},   {256, 256, 128, 128, true},
+      {64, 64, 64, 128, false, true}, {96, 96, 64, 128, false, true},  {128, 128, 64, 128, false, true},
+      {192, 192, 64, 96, false, true}, {192, 128, 64, 96, false, true}, {256, 256, 64, 64, false, true}};
   auto key_of = [](const K& k) {
     fp8attn::KernelKey key;
     key.head_dim = k.d;
@@ -384,13 +403,15 @@ TEST(ConfigSweep, DeclaredKernelsAreTheList) {
     key.block_m = k.bm;
     key.block_n = k.bn;
     key.varlen_schedule = k.varlen_schedule;
+    key.q16 = k.q16;
     return key;
   };
   for (const K& k : declared) { EXPECT_TRUE(fp8attn::sm90::is_declared_kernel(key_of(k))) << key_of(k).to_string(); }
   const K undeclared[] = {{128, 128, 192, 128, false}, {64, 64, 128, 128, false}, {64, 64, 64, 64, false},
                           {256, 256, 64, 128, false},  {256, 256, 128, 64, false}, {128, 64, 64, 128, false},
                           {96, 96, 64, 96, false},     {128, 128, 128, 128, true}, {256, 256, 64, 64, true},
-                          {64, 64, 192, 128, true}};
+                          {64, 64, 192, 128, true},  {128, 128, 128, 128, false, true}, {64, 64, 64, 128, true, true},
+                          {256, 256, 128, 128, false, true}};
   for (const K& k : undeclared) { EXPECT_FALSE(fp8attn::sm90::is_declared_kernel(key_of(k))) << key_of(k).to_string(); }
 }
 
@@ -450,7 +471,8 @@ TEST(ConfigBlockM, LongerUses128Rows) {
                                    {1000, 32, 8}, {16384, 6, 6}, {16384, 8, 1}};
   for (const auto& hd : fp8attn::kSupportedHeadDims)
     for (const Long& s : longs) {
-      if (hd.second <= 64) continue;  // ConfigBlockM.NarrowOrShortPrefillUses64Rows
+      if (hd.second <= 64) continue;   // ConfigBlockM.NarrowOrShortPrefillUses64Rows
+      if (hd.second == 512) continue;  // ConfigSplitDv
       Case c;
       c.d = hd.first;
       c.dv = hd.second;
@@ -780,6 +802,99 @@ TEST(ConfigVarlenSchedule, MixedPrefillAndDecode) {
 }
 
 // Batches whose sequences all have max_seqlen_q's length, and decode batches, keep the direct grid.
+// A 16-bit Q takes the q16 kernel of its head dims, 64 rows, for every shape: decode packs and splits as on the
+// E4M3 64-row kernel; prefill runs in 64-row tiles; a mixed call stays on the direct grid (no q16 schedule kernel).
+TEST(ConfigQ16, SixteenBitQTakesTheQ16KernelAt64Rows) {
+  Case decode;  // Llama-8B-like decode step, bf16 q
+  decode.varlen = decode.paged = true;
+  decode.batch = 1;
+  decode.seqlen_k = 4096;
+  decode.q_dtype = FP8ATTN_DTYPE_BF16;
+  Case decode_e4m3 = decode;
+  decode_e4m3.q_dtype = FP8ATTN_DTYPE_E4M3;
+  const KernelConfig k16 = config_of(decode), k8 = config_of(decode_e4m3);
+  EXPECT_TRUE(k16.key.q16) << describe(k16);
+  EXPECT_FALSE(k8.key.q16) << describe(k8);
+  // Apart from the kernel's q16 flag, the plan is the E4M3 one (both 64-row tiles).
+  KernelConfig k16_as_e4m3 = k16;
+  k16_as_e4m3.key.q16 = false;
+  EXPECT_EQ(config_diff(k16_as_e4m3, k8), "");
+
+  Case prefill;  // d256 causal 16k prefill, fp16 q
+  prefill.d = prefill.dv = 256;
+  prefill.seqlen_q = prefill.seqlen_k = 16384;
+  prefill.heads_q = prefill.heads_kv = 16;
+  prefill.causal = true;
+  prefill.q_dtype = FP8ATTN_DTYPE_F16;
+  const KernelConfig kp = config_of(prefill);
+  EXPECT_TRUE(kp.key.q16);
+  EXPECT_EQ(kp.key.block_m, 64) << describe(kp);
+  EXPECT_EQ(kp.key.block_n, 64) << describe(kp);
+  EXPECT_EQ(kp.num_m_blocks, 256) << describe(kp);
+
+  Case mixed;  // a chunk beside 130 decodes: the E4M3 call takes the varlen schedule, the 16-bit one cannot
+  mixed.varlen = mixed.paged = mixed.causal = true;
+  mixed.batch = 131;
+  mixed.seqlen_q = 4096;
+  mixed.total_q = 4096 + 130;
+  mixed.seqlen_k = 8192;
+  mixed.q_dtype = FP8ATTN_DTYPE_BF16;
+  const KernelConfig km = config_of(mixed);
+  EXPECT_TRUE(km.key.q16);
+  EXPECT_FALSE(km.key.varlen_schedule) << describe(km);
+  EXPECT_EQ(km.key.block_m, 64);
+  for (const Case& c : {decode, prefill, mixed}) {
+    const std::string err = check_config(c, problem_of(c), config_of(c));
+    EXPECT_TRUE(err.empty()) << describe(c) << ": " << err;
+  }
+}
+
+// Gemma-4's global layers (d = dv = 512; per TP4 rank 8 q heads on 1 kv head, or 32 on 4, 64-token pages): every call
+// on the split-dv kernel of its Q type, 64 x 64 tiles on the direct grid. Decode packs the q heads and splits the
+// keys over the SMs, prefill runs 64-row tiles, a mixed call stays on the direct grid.
+TEST(ConfigSplitDv, Gemma4GlobalLayersTake64x64DirectGridTiles) {
+  Case decode;  // 8 requests x 32k context, bf16 q
+  decode.d = decode.dv = 512;
+  decode.varlen = decode.paged = true;
+  decode.batch = 8;
+  decode.seqlen_q = 1;
+  decode.total_q = 8;
+  decode.seqlen_k = 32768;
+  decode.heads_q = 8;
+  decode.heads_kv = 1;
+  decode.q_dtype = FP8ATTN_DTYPE_BF16;
+  const KernelConfig kd = config_of(decode);
+  EXPECT_TRUE(kd.key.q16);
+  EXPECT_TRUE(kd.pack_gqa) << describe(kd);
+  EXPECT_EQ(kd.key.block_m, 64);
+  EXPECT_EQ(kd.key.block_n, 64);
+  EXPECT_GT(kd.num_splits, 1) << "8 CTAs on 132 SMs: the keys must be split, " << describe(kd);
+
+  Case prefill;  // 16k causal prefill, E4M3 q
+  prefill.d = prefill.dv = 512;
+  prefill.seqlen_q = prefill.seqlen_k = 16384;
+  prefill.heads_q = 8;
+  prefill.heads_kv = 1;
+  prefill.causal = true;
+  const KernelConfig kp = config_of(prefill);
+  EXPECT_FALSE(kp.key.q16);
+  EXPECT_EQ(kp.key.block_m, 64) << describe(kp);
+  EXPECT_EQ(kp.key.block_n, 64) << describe(kp);
+  EXPECT_EQ(kp.num_splits, 1) << describe(kp);
+
+  Case mixed = decode;  // a 2k chunk beside 40 decodes: no varlen-schedule kernel at dv = 512
+  mixed.batch = 41;
+  mixed.seqlen_q = 2048;
+  mixed.total_q = 2048 + 40;
+  const KernelConfig km = config_of(mixed);
+  EXPECT_FALSE(km.key.varlen_schedule) << describe(km);
+  EXPECT_EQ(km.key.block_m, 64);
+  for (const Case& c : {decode, prefill, mixed}) {
+    const std::string err = check_config(c, problem_of(c), config_of(c));
+    EXPECT_TRUE(err.empty()) << describe(c) << ": " << err;
+  }
+}
+
 TEST(ConfigVarlenSchedule, EqualLengthsAndDecodeKeepTheDirectGrid) {
   Case prefill;
   prefill.varlen = true;

@@ -190,7 +190,9 @@ TEST(RunFwd, RefusesChangedSizes) {
   FwdPlan plan;
   PLAN_OR_SKIP(p, plan);
   for (auto change : {+[](FwdParams& q) { q.batch = 31; }, +[](FwdParams& q) { q.seqlen_k = 65536; },
-                      +[](FwdParams& q) { q.num_splits = 3; }, +[](FwdParams& q) { q.window_left = 127; }}) {
+                      +[](FwdParams& q) { q.num_splits = 3; }, +[](FwdParams& q) { q.window_left = 127; },
+                      // an E4M3-Q plan names an E4M3 kernel: a 16-bit Q must not run on it
+                      +[](FwdParams& q) { q.q_dtype = FP8ATTN_DTYPE_BF16; }}) {
     FwdParams changed = p;
     change(changed);
     const Status s = fp8attn::run_fwd(changed, plan, nullptr);

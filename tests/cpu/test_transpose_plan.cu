@@ -2,7 +2,8 @@
 // configuration: its position-independent addresses equal the CuTe layouts the TMA writes and the WGMMAs
 // read, an emulation of ldmatrix.trans / byte permute / stmatrix puts every key in the slot the P registers
 // expect (and zeros past the valid keys), every sVt byte is written once, and no ldmatrix or stmatrix matrix
-// touches a 16-byte bank group twice.
+// touches a 16-byte bank group twice. The transpose reads V as loaded (sVLoad), or with split dv and K = V the K
+// stage (producer_load.cuh): both layouts are checked.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -34,10 +35,14 @@ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t selector) {
 
 uint8_t v_value(int key, int dv) { return uint8_t((key * 131 + dv * 7 + 1) % 251 + 1); }  // never 0
 
-template <class Traits>
+// LayoutLoad: the buffer the transpose reads, (BLK_N, DV, its stages). Its stage s pairs with V^T stage s here (a
+// buffer of fewer stages: s modulo its count).
+template <class Traits, class LayoutLoad>
 struct PlanChecker {
   using Plan = VTransposePlan<Traits>;
-  static constexpr int kStages = Traits::kStages;
+  static constexpr int kStages = Traits::kStages;  // V^T's
+  static constexpr int kLoadStages = decltype(size<2>(LayoutLoad{}))::value;
+  static int load_stage(int stage) { return stage % kLoadStages; }
   std::string name;
 
   // Matrix rows (16 bytes each) of one ldmatrix/stmatrix: 8 lanes per matrix; no two rows in one 16-byte bank
@@ -52,15 +57,16 @@ struct PlanChecker {
   }
 
   void check_addresses() const {
-    typename Traits::SmemLayoutVLoad layout_load;
+    LayoutLoad layout_load;
     typename Traits::SmemLayoutVt layout_store;
     for (int stage = 0; stage < kStages; ++stage) {
       for (int unit = 0; unit < Plan::kUnits; ++unit) {
         const int key0 = 16 * Plan::key_group(unit), dv0 = 32 * Plan::dv_block(unit);
         for (int lane = 0; lane < 32; ++lane) {
-          const uint32_t load = Plan::load_address(stage * Plan::kLoadStageBytes + Plan::load_lane_offset(lane), unit);
+          const uint32_t load =
+              Plan::load_address(load_stage(stage) * Plan::kLoadStageBytes + Plan::load_lane_offset(lane), unit);
           const uint32_t load_expected = uint32_t(
-              layout_load(key0 + Plan::load_lane_key(lane), dv0 + Plan::load_lane_byte(lane), stage));
+              layout_load(key0 + Plan::load_lane_key(lane), dv0 + Plan::load_lane_byte(lane), load_stage(stage)));
           ASSERT_EQ(load, load_expected) << name << ": ldmatrix address, stage " << stage << " unit " << unit
                                          << " lane " << lane;
           const uint32_t store = Plan::store_address(stage * Plan::kStoreStageBytes + Plan::store_lane_offset(lane), unit);
@@ -80,7 +86,7 @@ struct PlanChecker {
         for (int u = 0; u < Plan::kUnitsPerPass; ++u) {
           const int unit = pass * Plan::kUnitsPerPass + u;
           for (int lane = 0; lane < 32; ++lane) {
-            const uint32_t load_base = stage * Plan::kLoadStageBytes + Plan::load_lane_offset(lane);
+            const uint32_t load_base = load_stage(stage) * Plan::kLoadStageBytes + Plan::load_lane_offset(lane);
             const uint32_t store_base = stage * Plan::kStoreStageBytes + Plan::store_lane_offset(lane);
             ASSERT_EQ(Plan::load_address(load_base + pass * Plan::kPassBytes, u), Plan::load_address(load_base, unit))
                 << name << ": ldmatrix address of pass " << pass << " unit " << u << " lane " << lane;
@@ -117,21 +123,24 @@ struct PlanChecker {
 
   // Emulates the three transpose warps on one stage; valid_keys < BLK_N exercises the masked path.
   void check_data(int valid_keys) const {
-    typename Traits::SmemLayoutVLoad layout_load;
+    LayoutLoad layout_load;
     typename Traits::SmemLayoutVt layout_store;
     const int stage = kStages - 1;  // the last stage: stage offsets included
     std::vector<uint8_t> smem_load(size_t(cosize(layout_load)), 0);
     std::vector<uint8_t> smem_store(size_t(cosize(layout_store)), 0);
     std::vector<int> writes(smem_store.size(), 0);
     for (int key = 0; key < Traits::kBlockN; ++key) {
-      for (int dv = 0; dv < Traits::kHeadDimV; ++dv) { smem_load[layout_load(key, dv, stage)] = v_value(key, dv); }
+      for (int dv = 0; dv < Traits::kHeadDimV; ++dv) {
+        smem_load[layout_load(key, dv, load_stage(stage))] = v_value(key, dv);
+      }
     }
     int units_done = 0;
     for (int warp = 0; warp < Plan::kWarps; ++warp) {
       for (int unit = warp; unit < Plan::kUnits; unit += Plan::kWarps, ++units_done) {
         uint32_t load_address[32], store_address[32], regs[32][4];
         for (int lane = 0; lane < 32; ++lane) {
-          load_address[lane] = Plan::load_address(stage * Plan::kLoadStageBytes + Plan::load_lane_offset(lane), unit);
+          load_address[lane] =
+              Plan::load_address(load_stage(stage) * Plan::kLoadStageBytes + Plan::load_lane_offset(lane), unit);
           store_address[lane] = Plan::store_address(stage * Plan::kStoreStageBytes + Plan::store_lane_offset(lane), unit);
         }
         expect_conflict_free(load_address, "ldmatrix", unit);
@@ -181,22 +190,31 @@ struct PlanChecker {
   }
 };
 
-template <int kD, int kDv, int kBlockM, int kBlockN, bool kTwoLevel>
-void check_kernel() {
-  using Traits = KernelTraits<kD, kDv, kBlockM, kBlockN, kTwoLevel>;
-  PlanChecker<Traits> checker{"d" + std::to_string(kD) + " dv" + std::to_string(kDv) + " m" +
-                              std::to_string(kBlockM) + " n" + std::to_string(kBlockN)};
+template <class Traits, class LayoutLoad>
+void check_plan(const std::string& name) {
+  PlanChecker<Traits, LayoutLoad> checker{name};
   SCOPED_TRACE(checker.name);
   checker.check_addresses();
   checker.check_passes();
   checker.check_ones_blocks();
-  for (int valid_keys : {kBlockN, kBlockN - 1, 17, 1}) { checker.check_data(valid_keys); }
+  for (int valid_keys : {Traits::kBlockN, Traits::kBlockN - 1, 17, 1}) { checker.check_data(valid_keys); }
+}
+
+template <int kD, int kDv, int kBlockM, int kBlockN, bool kTwoLevel>
+void check_kernel() {
+  using Traits = KernelTraits<kD, kDv, kBlockM, kBlockN, kTwoLevel>;
+  const std::string name = "d" + std::to_string(kD) + " dv" + std::to_string(kDv) + " m" + std::to_string(kBlockM) +
+                           " n" + std::to_string(kBlockN);
+  check_plan<Traits, typename Traits::SmemLayoutVLoad>(name);
+  if constexpr (Traits::kSplitDv && kD == kDv) {
+    check_plan<Traits, typename Traits::SmemLayoutK>(name + ", K = V (V read from the K stage)");
+  }
 }
 
 TEST(TransposePlan, AddressesDataAndBanksForEveryDeclaredKernel) {
   int kernels = 0;
-#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS) \
-  check_kernel<D, DV, BM, BN, bool(TL)>();      \
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16) \
+  check_kernel<D, DV, BM, BN, bool(TL)>();           \
   ++kernels;
 #include "kernel_list_all.inc"
 #undef FP8ATTN_KERNEL

@@ -288,22 +288,81 @@ TEST(ValidateFeatures, BlockSparsityRejected) {
 TEST(ValidateDtypes, E5M2Rejected) {
   FwdParams p = dense();
   p.q_dtype = p.k_dtype = p.v_dtype = FP8ATTN_DTYPE_E5M2;
-  EXPECT_TRUE(Rejected(p, kUnsupported, {"q: expected dtype float8_e4m3fn, got float8_e5m2 (E5M2 is not supported)"}));
+  EXPECT_TRUE(Rejected(p, kUnsupported, {"q: expected dtype float8_e4m3fn, float16 or bfloat16, got float8_e5m2 "
+                                         "(E5M2 is not supported)"}));
+  p = dense();
+  p.k_dtype = FP8ATTN_DTYPE_E5M2;  // an E5M2 cache beside an E4M3 q
+  EXPECT_TRUE(Rejected(p, kUnsupported, {"k: expected dtype float8_e4m3fn, got float8_e5m2 (E5M2 is not supported)"}));
 }
 
-TEST(ValidateDtypes, MixedFp8Rejected) {
+TEST(ValidateDtypes, QNeitherE4M3Nor16BitRejected) {
   FwdParams p = dense();
-  p.k_dtype = FP8ATTN_DTYPE_E5M2;
-  EXPECT_TRUE(Rejected(p, kUnsupported, {"mixed dtypes", "float8_e4m3fn", "k float8_e5m2"}));
-}
-
-TEST(ValidateDtypes, NonFp8InputRejected) {
-  FwdParams p = dense();
-  p.q_dtype = FP8ATTN_DTYPE_BF16;  // an unquantized q: a real dtype fp8attn does not take
-  EXPECT_TRUE(Rejected(p, kUnsupported, {"q: expected dtype float8_e4m3fn, got bfloat16"}));
+  p.q_dtype = FP8ATTN_DTYPE_F32;  // a real dtype fp8attn does not take
+  EXPECT_TRUE(Rejected(p, kUnsupported, {"q: expected dtype float8_e4m3fn, float16 or bfloat16, got float32"}));
   p = dense();
   p.v_dtype = FP8ATTN_DTYPE_NONE;  // never set: malformed
   EXPECT_TRUE(Rejected(p, kInvalid, {"v: expected dtype float8_e4m3fn", "none"}));
+}
+
+// ---- 16-bit q (issue 35): fp16/bf16 q over an E4M3 KV cache, quantized per row by the kernel ----
+
+TEST(ValidateSixteenBitQ, AcceptedWithE4M3KvInEveryLayout) {
+  for (fp8attn_dtype q_dtype : {FP8ATTN_DTYPE_BF16, FP8ATTN_DTYPE_F16}) {
+    for (FwdParams p : {dense(), varlen(), paged()}) {
+      SCOPED_TRACE(testing::Message() << (q_dtype == FP8ATTN_DTYPE_BF16 ? "bf16 q, " : "fp16 q, ")
+                                      << (p.block_table ? "paged" : p.cu_seqlens_q ? "varlen" : "dense"));
+      p.q_dtype = q_dtype;
+      p.q_descale.ptr = nullptr;  // the paged baseline passes one (see TakesNoQDescale)
+      EXPECT_TRUE(Accepted(p));
+      p.out_dtype = FP8ATTN_DTYPE_E4M3;  // the fused FP8 output too
+      p.output_scale.ptr = static_cast<const float*>(fake(24));
+      EXPECT_TRUE(Accepted(p));
+    }
+  }
+}
+
+TEST(ValidateSixteenBitQ, TakesNoQDescale) {
+  FwdParams p = paged();  // q, k and v descales
+  p.q_dtype = FP8ATTN_DTYPE_BF16;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"q_descale: expected NULL with a bfloat16 q",
+                                     "a 16-bit q is quantized per row by the kernel, so it takes no descale"}));
+  p.q_descale.ptr = nullptr;  // k and v descales stay
+  EXPECT_TRUE(Accepted(p));
+}
+
+TEST(ValidateSixteenBitQ, KvMustStillBeE4M3) {
+  FwdParams p = dense();
+  p.q_dtype = p.k_dtype = p.v_dtype = FP8ATTN_DTYPE_BF16;
+  EXPECT_TRUE(Rejected(p, kUnsupported, {"k: expected dtype float8_e4m3fn, got bfloat16", "quantize the KV cache"}));
+  p = dense();
+  p.q_dtype = FP8ATTN_DTYPE_F16;
+  p.v_dtype = FP8ATTN_DTYPE_F16;
+  EXPECT_TRUE(Rejected(p, kUnsupported, {"v: expected dtype float8_e4m3fn, got float16"}));
+}
+
+TEST(ValidateSixteenBitQ, E4M3QWith16BitKvRejected) {
+  FwdParams p = dense();
+  p.k_dtype = p.v_dtype = FP8ATTN_DTYPE_BF16;
+  EXPECT_TRUE(Rejected(p, kUnsupported, {"k: expected dtype float8_e4m3fn, got bfloat16"}));
+}
+
+// q's strides are elements of its own type: 16 bytes are 8 elements of a 16-bit q (16 of an E4M3 one).
+TEST(ValidateSixteenBitQ, StridesCountTwoByteElements) {
+  FwdParams p = dense();
+  p.q_dtype = FP8ATTN_DTYPE_BF16;
+  p.q_row_stride += 8;  // padded rows of 16 bytes
+  p.q_batch_stride = p.seqlen_q * p.q_row_stride;
+  EXPECT_TRUE(Accepted(p));
+  p.q_row_stride += 4;
+  EXPECT_TRUE(Rejected(p, kInvalid, {"q_row_stride", "a multiple of 8 elements", "16-byte aligned"}));
+  p = dense();
+  p.q_dtype = FP8ATTN_DTYPE_F16;
+  p.q = offset_bytes(p.q, 8);
+  EXPECT_TRUE(Rejected(p, kInvalid, {"q: expected a 16-byte aligned address"}));
+  p = dense();
+  p.q_dtype = FP8ATTN_DTYPE_F16;
+  p.q_batch_stride = int64_t{1} << 39;  // 2^40 bytes
+  EXPECT_TRUE(Rejected(p, kInvalid, {"q_batch_stride", "2^40"}));
 }
 
 TEST(ValidateDtypes, OutDtypeF16OrBf16) {
@@ -342,7 +401,9 @@ TEST(ValidateHeadDims, OtherPairsRejectedListingTheSupportedOnes) {
   for (const auto& [d, dv] : fp8attn::kSupportedHeadDims) {
     supported += (supported.empty() ? "(" : ", (") + std::to_string(d) + ", " + std::to_string(dv) + ")";
   }
-  for (const auto& [d, dv] : {std::pair{128, 64}, {80, 80}, {256, 128}, {192, 256}, {0, 0}}) {
+  // (512, 256) and (512, 128): d512 needs dv = 512 (issue 35); (576, 512): MLA is not served.
+  for (const auto& [d, dv] : {std::pair{128, 64}, {80, 80}, {256, 128}, {192, 256}, {0, 0}, {512, 256}, {512, 128},
+                              {576, 512}, {256, 512}}) {
     SCOPED_TRACE(testing::Message() << "(" << d << ", " << dv << ")");
     const std::string got = "got (" + std::to_string(d) + ", " + std::to_string(dv) + ")";
     EXPECT_TRUE(Rejected(dense(d, dv), kUnsupported, {"(head_dim, head_dim_v)", supported, got}));

@@ -26,6 +26,7 @@ using fp8attn::StatusCode;
 namespace ref = fp8attn::ref;
 
 constexpr uint8_t kE4m3NaN = 0x7F;     // E4M3 S.1111.111: the byte every non-input q/k/v byte holds
+constexpr uint16_t kSixteenBitNaN = 0x7FFF;  // every non-input element of a 16-bit q: NaN in fp16 and in bf16
 constexpr uint8_t kPoisonByte = 0xFF;  // out/lse/workspace fill: 0xFFFF is NaN in fp16 and bf16, 0xFFFFFFFF in fp32
 constexpr uint16_t kPoisonOut = 0xFFFF;
 constexpr uint8_t kPoisonOutE4M3 = 0xFF;  // -NaN in E4M3
@@ -40,7 +41,8 @@ constexpr uint32_t kPoisonLse = 0xFFFFFFFF;
 //   M_row = max over the keys j visible to the row of |scale|·Σ_c |q_c·k_jc|,
 //   scale = softmax_scale·q_descale·k_descale (of the row's batch entry and kv head),
 //
-// with q and k the E4M3-decoded inputs. Where the term comes from:
+// with q and k the decoded inputs (a 16-bit q's own values: the kernel's E4M3 row times its row scale differs
+// from them by at most half an E4M3 ulp, 2^-4 relative). Where the term comes from:
 //   - The kernel computes QK^T on FP8 WGMMA, whose accumulator keeps only ~13-14 mantissa bits and truncates
 //     (the products of each k-group are aligned to the largest exponent and the bits below ~2^-13 of it are
 //     dropped; DeepSeek-V3 §3.3.2 measures "around 14 bits"; FlashAttention-3's FP8 path has the same
@@ -176,6 +178,13 @@ void check_case(const Case& c) {
   }
   if (c.kv_layers < 1) fail("kv_layers < 1");
   if (c.kv_layers > 1 && c.kv_rows == KvRows::kSeparate) fail("kv_layers > 1 needs row-halves K/V (kv_rows)");
+  if (c.kv_shared && (c.head_dim != c.head_dim_v || c.kv_rows != KvRows::kSeparate))
+    fail("kv_shared (v is k) needs d == dv and separate K/V rows");
+  if (c.q_dtype != FP8ATTN_DTYPE_E4M3 && c.q_dtype != FP8ATTN_DTYPE_F16 && c.q_dtype != FP8ATTN_DTYPE_BF16)
+    fail("q_dtype must be E4M3, F16 or BF16");
+  if (c.q_dtype != FP8ATTN_DTYPE_E4M3 && c.descale_q != DescaleForm::kNone)
+    fail("a 16-bit q takes no q_descale (the kernel quantizes it per row): descale_q must be kNone");
+  if (c.zero_q_rows < 0) fail("zero_q_rows < 0");
 }
 
 // The random inputs of one case, drawn in a fixed order (q, k, v, descales, sink) that does not depend on
@@ -183,7 +192,8 @@ void check_case(const Case& c) {
 class InputSource {
  public:
   explicit InputSource(uint64_t seed) : rng_(seed) {}
-  uint8_t e4m3(float mean, float std) { return ref::float_to_e4m3(mean + std * normal_(rng_)); }
+  float normal(float mean, float std) { return mean + std * normal_(rng_); }
+  uint8_t e4m3(float mean, float std) { return ref::float_to_e4m3(normal(mean, std)); }
   float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
 
  private:
@@ -208,6 +218,17 @@ std::vector<double> score_magnitudes(const fp8attn_fwd_params& p, int64_t total_
 
   std::array<float, 256> magnitude{};
   for (int code = 0; code < 256; ++code) magnitude[code] = std::fabs(ref::e4m3_to_float(static_cast<uint8_t>(code)));
+  // |q| at element i of q, in q's dtype.
+  auto q_magnitude = [&](int64_t i) -> float {
+    switch (p.q_dtype) {
+      case FP8ATTN_DTYPE_F16:
+        return std::fabs(ref::f16_to_float(static_cast<const uint16_t*>(p.q)[i]));
+      case FP8ATTN_DTYPE_BF16:
+        return std::fabs(ref::bf16_to_float(static_cast<const uint16_t*>(p.q)[i]));
+      default:
+        return magnitude[static_cast<const uint8_t*>(p.q)[i]];
+    }
+  };
   auto descale = [](const fp8attn_descale& ds, int b, int h) -> double {
     if (ds.ptr == nullptr) return 1.0;
     return ds.ndim == 0 ? ds.ptr[0] : ds.ptr[b * ds.batch_stride + h * ds.head_stride];
@@ -263,7 +284,6 @@ std::vector<double> score_magnitudes(const fp8attn_fwd_params& p, int64_t total_
     for (size_t t = next++; t < tasks.size(); t = next++) {
       const Task& task = tasks[t];
       const Sequence& s = sequences[task.b];
-      const auto* q = static_cast<const uint8_t*>(p.q);
       const auto* k = static_cast<const uint8_t*>(p.k) + task.kv_head * p.k_head_stride;
       const int64_t rows = task.end - task.begin, padded_rows = (rows + kRowBlock - 1) / kRowBlock * kRowBlock;
       q_abs.assign(padded_rows * d, 0.0f);
@@ -279,8 +299,8 @@ std::vector<double> score_magnitudes(const fp8attn_fwd_params& p, int64_t total_
         first[i] = window_left < 0 ? 0 : std::max<int64_t>(0, diagonal - window_left);
         last[i] = window_right < 0 ? s.k_len - 1 : std::min(s.k_len - 1, diagonal + window_right);
         out_index[i] = head * total_rows + s.row_begin + row;
-        const uint8_t* q_row = q + s.q_offset + row * p.q_row_stride + head * p.q_head_stride;
-        for (int c = 0; c < d; ++c) q_abs[i * d + c] = magnitude[q_row[c]];
+        const int64_t q_row = s.q_offset + row * p.q_row_stride + head * p.q_head_stride;
+        for (int c = 0; c < d; ++c) q_abs[i * d + c] = q_magnitude(q_row + c);
         if (first[i] <= last[i]) {
           hull_first = std::min(hull_first, first[i]);
           hull_last = std::max(hull_last, last[i]);
@@ -370,9 +390,12 @@ std::string Case::describe() const {
   std::ostringstream os;
   os << "batch=" << batch << " seqlens_q=" << join(seqlens_q) << " seqlens_k=" << join(seqlens_k)
      << " heads=" << heads_q << ":" << heads_kv << " d=" << head_dim << " dv=" << head_dim_v
-     << " q=" << (varlen_q ? "varlen" : "dense") << " kv=" << kv_label(kv) << (seqused_k ? "+seqused_k" : "");
+     << " q=" << (varlen_q ? "varlen" : "dense") << " q_dtype=" << dtype_label(q_dtype)
+     << (zero_q_rows > 0 ? " zero_q_rows=" + std::to_string(zero_q_rows) : "") << " kv=" << kv_label(kv)
+     << (seqused_k ? "+seqused_k" : "");
   if (kv == KvLayout::kPaged) os << " page_size=" << page_size << " spare_pages=" << spare_pages;
   if (kv_rows != KvRows::kSeparate) os << " kv_rows=" << kv_rows_label(kv_rows) << " kv_layers=" << kv_layers;
+  if (kv_shared) os << " kv_shared(v=k)";
   os << " spare_q_rows=" << spare_q_rows << " spare_k_rows=" << spare_k_rows << " extra_max_seqlen=" << extra_max_seqlen
      << " strided=" << strided << " causal=" << causal << " window=(" << window_left << "," << window_right << ")"
      << " descale(q,k,v)=" << descale_label(descale_q) << "," << descale_label(descale_k) << ","
@@ -451,7 +474,8 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
   p.num_heads_kv = hkv;
   p.head_dim = d;
   p.head_dim_v = dv;
-  p.q_dtype = p.k_dtype = p.v_dtype = FP8ATTN_DTYPE_E4M3;
+  p.q_dtype = c.q_dtype;
+  p.k_dtype = p.v_dtype = FP8ATTN_DTYPE_E4M3;
   p.out_dtype = c.out_dtype;
   p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
   p.causal = c.causal ? 1 : 0;
@@ -490,14 +514,32 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
     lse_elems = batch * p.lse_batch_stride;
   }
   // A tensor with no rows still needs a valid (non-NULL, aligned) pointer: keep every buffer non-empty.
-  buf.q.host.assign(std::max<int64_t>(q_elems, 16), kE4m3NaN);
+  const bool q_16bit = c.q_dtype != FP8ATTN_DTYPE_E4M3;
+  if (q_16bit) {
+    buf.q.assign(std::vector<uint16_t>(std::max<int64_t>(q_elems, 16), kSixteenBitNaN));
+  } else {
+    buf.q.host.assign(std::max<int64_t>(q_elems, 16), kE4m3NaN);
+  }
   buf.out.host.assign(std::max<int64_t>(out_elems, 16) * 2, kPoisonByte);
   if (c.lse) buf.lse.host.assign(std::max<int64_t>(lse_elems, 4) * 4, kPoisonByte);
+  // Element i of q (strides count elements of q's dtype), rounded to that dtype.
+  auto store_q = [&](int64_t i, float value) {
+    if (!q_16bit) {
+      buf.q.host[i] = ref::float_to_e4m3(value);
+      return;
+    }
+    const uint16_t bits = c.q_dtype == FP8ATTN_DTYPE_BF16 ? ref::float_to_bf16(value) : ref::float_to_f16(value);
+    std::memcpy(&buf.q.host[2 * i], &bits, sizeof(bits));
+  };
   for (int b = 0; b < batch; ++b) {
     for (int r = 0; r < c.seqlens_q[b]; ++r) {
       const int64_t row = c.varlen_q ? (cu_q[b] + r) * p.q_row_stride : b * p.q_batch_stride + r * p.q_row_stride;
-      for (int h = 0; h < hq; ++h)
-        for (int col = 0; col < d; ++col) buf.q.host[row + h * p.q_head_stride + col] = inputs.e4m3(0.0f, c.qk_std);
+      for (int h = 0; h < hq; ++h) {
+        for (int col = 0; col < d; ++col) {
+          const float value = inputs.normal(0.0f, c.qk_std);
+          store_q(row + h * p.q_head_stride + col, r < c.zero_q_rows ? 0.0f : value);
+        }
+      }
     }
   }
 
@@ -611,11 +653,19 @@ Problem::Problem(const Case& c) : case_(c), buffers_(new Buffers) {
       for (int h = 0; h < hkv; ++h)
         for (int col = 0; col < d; ++col)
           buf.kv.host[buf.k_offset + key_row(b, j, false) + h * p.k_head_stride + col] = inputs.e4m3(0.0f, c.qk_std);
-  for (int b = 0; b < batch; ++b)
-    for (int j = 0; j < c.seqlens_k[b]; ++j)
-      for (int h = 0; h < hkv; ++h)
-        for (int col = 0; col < dv; ++col)
-          buf.kv.host[buf.v_offset + key_row(b, j, true) + h * p.v_head_stride + col] = inputs.e4m3(c.v_mean, c.v_std);
+  if (c.kv_shared) {
+    // v is k: the same bytes, address and strides (v_mean and v_std do not apply).
+    p.v_batch_stride = p.k_batch_stride;
+    p.v_row_stride = p.k_row_stride;
+    p.v_head_stride = p.k_head_stride;
+    buf.v_offset = buf.k_offset;
+  } else {
+    for (int b = 0; b < batch; ++b)
+      for (int j = 0; j < c.seqlens_k[b]; ++j)
+        for (int h = 0; h < hkv; ++h)
+          for (int col = 0; col < dv; ++col)
+            buf.kv.host[buf.v_offset + key_row(b, j, true) + h * p.v_head_stride + col] = inputs.e4m3(c.v_mean, c.v_std);
+  }
 
   // ---- descales in [0.5, 2], each in its own form ----
   auto make_descale = [&](DescaleForm form, Array* array, fp8attn_descale* descale) {
@@ -1086,12 +1136,12 @@ struct DeclaredKernel {
   int head_dim, head_dim_v;
 };
 constexpr DeclaredKernel kCompiledKernels[] = {
-#define FP8ATTN_KERNEL(D, DV, BLOCK_M, BLOCK_N, TWO_LEVEL, VARLEN_SCHEDULE) {D, DV},
+#define FP8ATTN_KERNEL(D, DV, BLOCK_M, BLOCK_N, TWO_LEVEL, VARLEN_SCHEDULE, Q16) {D, DV},
 #include "kernel_registry.inc"
 #undef FP8ATTN_KERNEL
 };
 constexpr DeclaredKernel kDeclaredKernels[] = {
-#define FP8ATTN_KERNEL(D, DV, BLOCK_M, BLOCK_N, TWO_LEVEL, VARLEN_SCHEDULE) {D, DV},
+#define FP8ATTN_KERNEL(D, DV, BLOCK_M, BLOCK_N, TWO_LEVEL, VARLEN_SCHEDULE, Q16) {D, DV},
 #include "kernel_list_all.inc"
 #undef FP8ATTN_KERNEL
 };

@@ -13,7 +13,8 @@
 // What a Problem lays out (so that a kernel that reads or writes out of bounds is caught):
 //   - Every byte of q/k/v that is not an input element is an E4M3 NaN (0x7F): padding rows of varlen q,
 //     key rows past a sequence's used length, stride gaps, unused pages, other layers' units of a
-//     layer-interleaved cache. None of them may reach the output.
+//     layer-interleaved cache. None of them may reach the output. A 16-bit q's non-input elements are NaN
+//     in its own type (0x7FFF, NaN in fp16 and in bf16).
 //   - out is filled with 0xFF bytes (NaN in fp16 and bf16) and lse with NaN before each run: every element
 //     of a valid row must be overwritten, and nothing else (padding rows, stride gaps) may be.
 //   - Paged K/V: the pages of all sequences are shuffled over the cache, spare pages stay NaN, and block
@@ -90,6 +91,8 @@ struct Case {
   KvRows kv_rows = KvRows::kSeparate;  // row halves: K/V strides from it (strided then pads q/out/table only)
   int kv_layers = 1;  // row halves only: each unit sits among kv_layers - 1 other layers' NaN units (vLLM's
                       // layer-interleaved cache: the unit stride is kv_layers units; this layer is the middle one)
+  bool kv_shared = false;  // K = V: v is k itself, same address and strides (Gemma-4's global layers; d == dv,
+                           // separate rows only). The kernel then reads each tile once (FwdArgs::kv_shared).
 
   // ---- attention ----
   bool causal = false;
@@ -112,7 +115,14 @@ struct Case {
   // it, a ceiling on the heuristic (vLLM's 32). The varlen schedule does not split either way.
   bool splits_exact = true;
 
-  // ---- inputs: q, k ~ N(0, qk_std^2), v ~ N(v_mean, v_std^2), each rounded to E4M3 ----
+  // ---- inputs: q, k ~ N(0, qk_std^2), v ~ N(v_mean, v_std^2), each rounded to E4M3 (a 16-bit q: to its type) ----
+  // E4M3, or F16 / BF16: a 16-bit q, which the kernel quantizes per (token, head) row (amax / 448) and which
+  // takes no q_descale (descale_q must be kNone). Its strides stay in elements (of 2 bytes).
+  fp8attn_dtype q_dtype = FP8ATTN_DTYPE_E4M3;
+  // The first zero_q_rows query rows of every sequence are all zeros in every head (their values are still drawn,
+  // so the other inputs do not move): a 16-bit q row of zeros has scale 1, and its output is the mean of the V
+  // rows it sees.
+  int zero_q_rows = 0;
   float qk_std = 1.0f;
   float v_mean = 0.0f;
   float v_std = 1.0f;

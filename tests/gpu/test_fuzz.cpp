@@ -16,8 +16,10 @@
 // of each cache row (V = K + d bytes), in HND or NHD order, sometimes inside a layer-interleaved buffer
 // (harness.h KvRows, kv_layers). Also independently: a quarter write an E4M3 out (output_scale, judged against
 // the same call's bf16 out quantized alike) and a fifth cap the logits (softcap 50, Gemma-2's, or 2, where tanh
-// is far from linear). These choices come from streams of their own, so the rest of a configuration i of a seed is
-// what it was without them.
+// is far from linear). And a fifth take a 16-bit q (issue 35: bf16 or fp16, quantized per row by the kernel, so
+// with no q_descale), a tenth of those with each sequence's first query row all zeros; and a fifth of those with
+// d == dv and separate K/V rows pass v as k itself (K = V, Gemma-4's global layers). These choices come from
+// streams of their own, so the rest of a configuration i of a seed is what it was without them.
 //
 // A failure prints the configuration and the command that replays it; the run ends with one line
 //   fuzz: N configurations, seed S, F failed
@@ -60,6 +62,14 @@ constexpr uint64_t kRowsStream = 0x726F772D68616C66ull;
 constexpr double kE4M3OutShare = 0.25;
 constexpr double kSoftcapShare = 0.2;
 constexpr uint64_t kOutputStream = 0x6F75742D63617073ull;
+// Share and stream of the 16-bit q, and the share of those whose sequences start with a query row of zeros.
+constexpr double kSixteenBitQShare = 0.2;
+constexpr double kZeroQRowShare = 0.1;
+constexpr uint64_t kQueryStream = 0x7131362D62697473ull;
+// K = V (v is k: Gemma-4's global layers) in a fifth of the configurations whose d == dv and whose K/V rows are
+// separate (harness.h Case::kv_shared).
+constexpr double kSharedKvShare = 0.2;
+constexpr uint64_t kSharedKvStream = 0x6B763D762D6F6E65ull;
 
 uint64_t env_u64(const char* name, uint64_t fallback) {
   const char* value = std::getenv(name);
@@ -354,8 +364,8 @@ Case random_mixed_case(uint64_t seed, int index) {
   return c;
 }
 
-// Configuration i of a run: a mixed step (kMixedShare) or random_case's, then vLLM 0.34's row-halves K/V for a
-// share of either.
+// Configuration i of a run: a mixed step (kMixedShare) or random_case's, then vLLM 0.34's row-halves K/V, the
+// E4M3 out, the softcap, the 16-bit q and K = V, each for a share of either.
 Case fuzz_case(uint64_t seed, int index) {
   Draw kind(mix(mix(seed ^ kMixedStream ^ 1) ^ mix(static_cast<uint64_t>(index))));
   Case c = kind.chance(kMixedShare) ? random_mixed_case(seed, index) : random_case(seed, index);
@@ -367,6 +377,16 @@ Case fuzz_case(uint64_t seed, int index) {
   Draw output(mix(mix(seed ^ kOutputStream) ^ mix(static_cast<uint64_t>(index))));
   if (output.chance(kE4M3OutShare)) { c.out_dtype = FP8ATTN_DTYPE_E4M3; }
   if (output.chance(kSoftcapShare)) { c.softcap = output.pick({50.0f, 2.0f}); }
+  Draw query(mix(mix(seed ^ kQueryStream) ^ mix(static_cast<uint64_t>(index))));
+  if (query.chance(kSixteenBitQShare)) {
+    c.q_dtype = query.chance(0.5) ? FP8ATTN_DTYPE_BF16 : FP8ATTN_DTYPE_F16;
+    c.descale_q = DescaleForm::kNone;  // the kernel's row scale takes its place
+    c.zero_q_rows = query.chance(kZeroQRowShare) ? 1 : 0;
+  }
+  Draw shared(mix(mix(seed ^ kSharedKvStream) ^ mix(static_cast<uint64_t>(index))));
+  if (shared.chance(kSharedKvShare) && c.head_dim == c.head_dim_v && c.kv_rows == KvRows::kSeparate) {
+    c.kv_shared = true;
+  }
   return c;
 }
 
@@ -428,8 +448,10 @@ TEST(Fuzz, RandomConfigurationsMatchTheReference) {
 // selects block_m = 64, a prefill call over more than 1024 keys block_m = 128 where it is compiled (d > 64), a
 // long prefill call (>= 8192 keys, 576 rows) block_m = 192 where it is compiled (dv = 64); the test checks that
 // together they reach every kernel. The prefill calls' sequences have about the same query lengths, so that
-// they take the direct grid; the mixed call (decodes beside a chunk) takes the varlen schedule.
-enum class CallKind { kDecode, kPrefill, kLongPrefill, kMixed };
+// they take the direct grid; the mixed call (decodes beside a chunk) takes the varlen schedule. A bf16 q's decode
+// call reaches the head dims' q16 kernel. At d512 the paged calls pass v as k (K = V: each tile loaded once), the
+// others separate K and V, so both of its load paths run.
+enum class CallKind { kDecode, kPrefill, kLongPrefill, kMixed, kSixteenBitQDecode };
 
 TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
   std::set<std::string> compiled, covered;
@@ -440,8 +462,11 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
   ASSERT_TRUE(fp8attn::query_device(&device).ok());
   uint64_t seed = 7000;
   for (const auto& [d, dv] : compiled_head_dims()) {
-    for (const CallKind kind : {CallKind::kDecode, CallKind::kPrefill, CallKind::kLongPrefill, CallKind::kMixed}) {
-      const bool paged = kind == CallKind::kDecode || kind == CallKind::kMixed;
+    for (const CallKind kind : {CallKind::kDecode, CallKind::kPrefill, CallKind::kLongPrefill, CallKind::kMixed,
+                                CallKind::kSixteenBitQDecode}) {
+      // The long call exists for the 192-row tiles (dv = 64); at d512 its fp64 reference would cost seconds for nothing.
+      if (kind == CallKind::kLongPrefill && dv == 512) continue;
+      const bool paged = kind == CallKind::kDecode || kind == CallKind::kMixed || kind == CallKind::kSixteenBitQDecode;
       Case c;
       c.head_dim = d;
       c.head_dim_v = dv;
@@ -450,6 +475,7 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
       c.varlen_q = true;
       switch (kind) {
         case CallKind::kDecode:
+        case CallKind::kSixteenBitQDecode:
           c.seqlens_q = {1, 1, 1};
           c.seqlens_k = {700, 33, 1};
           break;
@@ -471,6 +497,11 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
       c.page_size = 32;
       c.causal = true;
       c.sink = paged ? SinkType::kF32 : SinkType::kNone;
+      if (kind == CallKind::kSixteenBitQDecode) {
+        c.q_dtype = FP8ATTN_DTYPE_BF16;
+        c.out_dtype = FP8ATTN_DTYPE_BF16;
+      }
+      c.kv_shared = paged && d == 512 && dv == 512;
       c.seed = seed++;
       SCOPED_TRACE(c.describe());
       Problem problem(c);

@@ -16,6 +16,7 @@
 // FwdEdgeCases adds what the matrix cannot reach by rotation: fully masked rows, empty sequences,
 // max_seqlen bounds far above the lengths, bf16 sinks, window corner cases, large GQA ratios, extreme
 // score ranges. FwdPagedSmoke runs the harness's paged layout; it skips while paged K/V is not implemented.
+// FwdSixteenBitQ runs fp16 and bf16 q (issue 35) at every head-dim pair.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -399,6 +400,46 @@ std::vector<NamedCase> softcap_and_fp8_out_cases() {
   return cases;
 }
 
+// 16-bit q (issue 35): fp16 and bf16 q over E4M3 K/V, quantized per (token, head) row by the kernel, at every
+// head-dim pair. Per pair and dtype: a dense causal prefill written in q's dtype, and a varlen prefill with a
+// causal sliding window, a bf16 sink, padded strides, an E4M3 out and rows of zeros (the first two of each sequence:
+// scale 1, the mean of the V rows they see, never NaN; masked keys beside them). The serving calls (paged decode, PackGQA, splits, softcap)
+// are test_kvcache.cpp's KvCacheSixteenBitQ.
+std::vector<NamedCase> sixteen_bit_q_cases() {
+  std::vector<NamedCase> cases;
+  uint64_t seed = 9000;
+  for (const HeadDims& hd : kHeadDims) {
+    for (fp8attn_dtype q_dtype : {FP8ATTN_DTYPE_BF16, FP8ATTN_DTYPE_F16}) {
+      const std::string label = head_dims_label(hd) + "_" + dtype_label(q_dtype) + "_q";
+      {
+        Case c = base_case(hd.d, hd.dv, 8, 2, seed++);
+        c.q_dtype = q_dtype;
+        set_dense(&c, 2, 239, 239);
+        c.causal = true;
+        c.descale_k = DescaleForm::kPerBatchHead;
+        c.descale_v = DescaleForm::kScalar;
+        c.out_dtype = q_dtype;
+        cases.push_back({label + "_dense_causal_prefill", c});
+      }
+      {
+        Case c = base_case(hd.d, hd.dv, 8, 2, seed++);
+        c.q_dtype = q_dtype;
+        set_varlen(&c, {113, 17, 1}, {203, 239, 3}, KvLayout::kVarlen);
+        c.causal = true;
+        c.window_left = 63;
+        c.window_right = 0;
+        c.sink = SinkType::kBF16;
+        c.strided = true;
+        c.zero_q_rows = 2;
+        c.descale_v = DescaleForm::kBroadcastBatch;
+        c.out_dtype = FP8ATTN_DTYPE_E4M3;
+        cases.push_back({label + "_varlen_window_sink_zero_rows_strided_e4m3", c});
+      }
+    }
+  }
+  return cases;
+}
+
 std::vector<NamedCase> paged_cases() {
   std::vector<NamedCase> cases;
   uint64_t seed = 7000;
@@ -437,16 +478,19 @@ class FwdMatrix : public NamedCaseTest {};
 class FwdEdgeCases : public NamedCaseTest {};
 class FwdPagedSmoke : public NamedCaseTest {};
 class FwdSoftcapAndFp8Out : public NamedCaseTest {};
+class FwdSixteenBitQ : public NamedCaseTest {};
 
 TEST_P(FwdMatrix, MatchesReference) { Check(); }
 TEST_P(FwdEdgeCases, MatchesReference) { Check(); }
 TEST_P(FwdPagedSmoke, MatchesReference) { Check(); }
 TEST_P(FwdSoftcapAndFp8Out, MatchesReference) { Check(); }
+TEST_P(FwdSixteenBitQ, MatchesReference) { Check(); }
 
 INSTANTIATE_TEST_SUITE_P(Fwd, FwdMatrix, ::testing::ValuesIn(matrix_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Fwd, FwdEdgeCases, ::testing::ValuesIn(edge_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Fwd, FwdPagedSmoke, ::testing::ValuesIn(paged_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Fwd, FwdSoftcapAndFp8Out, ::testing::ValuesIn(softcap_and_fp8_out_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Fwd, FwdSixteenBitQ, ::testing::ValuesIn(sixteen_bit_q_cases()), case_name);
 
 }  // namespace
 }  // namespace fp8attn_test

@@ -32,7 +32,8 @@
 // KvCacheEdgeCases adds the decode shapes of bench/decode_shapes.json (reduced batch; three with
 // max_seqlen_k = 32768 as vLLM captures them), empty requests (seqused_k = 0), more splits than KV blocks,
 // fully masked rows, exact page multiples and pages of 48/80 tokens, and vLLM 0.34's cache (K and V the two
-// halves of each cache row, HND / NHD / layer-interleaved) at every head dim. vLLM's exact cache with a
+// halves of each cache row, HND / NHD / layer-interleaved) at every head dim. KvCacheSixteenBitQ runs fp16 and bf16
+// q (issue 35) in decode and speculative-decode steps at every head dim. vLLM's exact cache with a
 // column-sliced block table under CUDA graphs is in test_cuda_graph.cpp.
 #include <gtest/gtest.h>
 
@@ -442,14 +443,117 @@ std::vector<NamedCase> edge_cases() {
   return cases;
 }
 
+// 16-bit q (issue 35) in the serving calls, at every head-dim pair, fp16 and bf16: a decode step with PackGQA
+// (32:4 heads, 8 q heads per kv head in one tile), exactly 4 KV splits, softcap 50 and an f32 sink; and a
+// speculative-decode step (4 tokens: 32 packed rows per kv head) with vLLM's sliding window (127, 0), the
+// heuristic's splits and an E4M3 out (through the split combine where the heuristic splits). vLLM's expand()ed
+// k/v descales; no q_descale (a 16-bit q takes none).
+std::vector<NamedCase> sixteen_bit_q_cases() {
+  std::vector<NamedCase> cases;
+  uint64_t seed = 40000;
+  for (const HeadDims& hd : kHeadDims) {
+    for (fp8attn_dtype q_dtype : {FP8ATTN_DTYPE_BF16, FP8ATTN_DTYPE_F16}) {
+      const std::string label = head_dims_label(hd) + "_" + dtype_label(q_dtype) + "_q";
+      {
+        Case c = paged_case(hd.d, hd.dv, 32, 4, 16, {1, 1, 1}, {17, 1025, 300}, seed++);
+        set_vllm_decode(&c);
+        c.q_dtype = q_dtype;
+        c.descale_q = DescaleForm::kNone;
+        c.num_splits = 4;
+        c.softcap = 50.0f;
+        c.sink = SinkType::kF32;
+        c.out_dtype = q_dtype;
+        cases.push_back({label + "_paged16_decode_gqa32x4_splits4_softcap50_sink", c});
+      }
+      {
+        Case c = paged_case(hd.d, hd.dv, 32, 4, 64, {4, 4}, {2049, 4}, seed++);
+        set_vllm_decode(&c);
+        c.q_dtype = q_dtype;
+        c.descale_q = DescaleForm::kNone;
+        c.descale_k = DescaleForm::kBroadcastBatch;
+        c.window_left = 127;
+        c.window_right = 0;
+        c.out_dtype = FP8ATTN_DTYPE_E4M3;
+        cases.push_back({label + "_paged64_specdec_gqa32x4_w128_splits_auto_e4m3", c});
+      }
+    }
+  }
+  return cases;
+}
+
+// K = V (v is k: same address and strides), as Gemma-4's global layers pass it: d512 with 64-token pages, 8 q heads on
+// 1 kv head and 32 on 4 (TP4 and TP1 ranks), a 16-bit q as vLLM passes it, and an E4M3 one; decode with splits,
+// speculative decode, a prefill chunk, a sliding window, sinks, and a batch mixing a chunk with decodes. The split-dv
+// kernel then loads each KV tile once and reads V from the K stage (producer_load.cuh). One d256 case: the other
+// kernels read K and V separately from the one tensor.
+std::vector<NamedCase> shared_kv_cases() {
+  std::vector<NamedCase> cases;
+  uint64_t seed = 50000;
+  for (fp8attn_dtype q_dtype : {FP8ATTN_DTYPE_BF16, FP8ATTN_DTYPE_E4M3}) {
+    const std::string label = std::string("d512_kv_shared_") + dtype_label(q_dtype) + "_q";
+    auto gemma_global = [&](int heads_q, int heads_kv, std::vector<int> q_tokens, std::vector<int> keys) {
+      Case c = paged_case(512, 512, heads_q, heads_kv, 64, std::move(q_tokens), std::move(keys), seed++);
+      set_vllm_decode(&c);
+      c.kv_shared = true;
+      c.q_dtype = q_dtype;
+      if (q_dtype != FP8ATTN_DTYPE_E4M3) {
+        c.descale_q = DescaleForm::kNone;
+        c.out_dtype = q_dtype;
+      }
+      return c;
+    };
+    {
+      Case c = gemma_global(8, 1, {1, 1, 1}, {4097, 1, 700});
+      c.num_splits = 32;
+      c.splits_exact = false;  // vLLM's ceiling
+      cases.push_back({label + "_decode_gqa8x1_splits32_ceiling", c});
+    }
+    {
+      Case c = gemma_global(32, 4, {1, 1}, {2048, 65});
+      c.num_splits = 5;
+      c.sink = SinkType::kBF16;
+      cases.push_back({label + "_decode_gqa32x4_splits5_sink", c});
+    }
+    {
+      Case c = gemma_global(8, 1, {4, 4}, {515, 64});
+      cases.push_back({label + "_specdec4_gqa8x1", c});
+    }
+    {
+      Case c = gemma_global(8, 1, {300}, {1000});
+      c.window_left = 255;
+      c.window_right = 0;
+      cases.push_back({label + "_chunk300_of_1000_w256", c});
+    }
+    {
+      Case c = gemma_global(8, 1, {1, 257, 1, 1}, {900, 257, 33, 2000});
+      c.varlen_q = true;
+      c.zero_q_rows = q_dtype == FP8ATTN_DTYPE_E4M3 ? 0 : 1;
+      cases.push_back({label + "_mixed_chunk257_beside_decodes", c});
+    }
+  }
+  {
+    Case c = paged_case(256, 256, 16, 2, 16, {1, 3}, {1100, 40}, seed++);
+    set_vllm_decode(&c);
+    c.kv_shared = true;
+    cases.push_back({"d256_kv_shared_e4m3_q_decode_gqa16x2", c});
+  }
+  return cases;
+}
+
 class KvCacheMatrix : public NamedCaseTest {};
 class KvCacheEdgeCases : public NamedCaseTest {};
+class KvCacheSixteenBitQ : public NamedCaseTest {};
+class KvCacheSharedKv : public NamedCaseTest {};
 
 TEST_P(KvCacheMatrix, MatchesReference) { Check(); }
 TEST_P(KvCacheEdgeCases, MatchesReference) { Check(); }
+TEST_P(KvCacheSixteenBitQ, MatchesReference) { Check(); }
+TEST_P(KvCacheSharedKv, MatchesReference) { Check(); }
 
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheMatrix, ::testing::ValuesIn(matrix_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheEdgeCases, ::testing::ValuesIn(edge_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheSixteenBitQ, ::testing::ValuesIn(sixteen_bit_q_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheSharedKv, ::testing::ValuesIn(shared_kv_cases()), case_name);
 
 }  // namespace
 }  // namespace fp8attn_test

@@ -1,9 +1,11 @@
 """Torch reference for FP8 attention, and the accuracy check of docs/accuracy.md.
 
 Two references per call, both on the same FP8 inputs with the descales applied:
-  * ``ref``:  exact attention in float64 (what the kernel approximates);
+  * ``ref``:  exact attention in float64 (what the kernel approximates); a 16-bit q is used as it is;
   * ``emul``: the kernel's own precision: P = exp(s - rowmax) scaled by 2^8 and rounded to E4M3 before
-    the PV product (fp32), then normalised by the sum of those rounded P and rounded to the output dtype.
+    the PV product (fp32), then normalised by the sum of those rounded P and rounded to the output dtype. A
+    16-bit q is quantized as the kernel does it: each (token, head) row to E4M3(q * 448 / amax(row)), its scores
+    multiplied by amax / 448 (src/reference's kEmulation alike).
 A kernel passes when max|out - ref| <= 2 * max|emul - ref| + 2 ulp_bf16(max|ref|).
 
 Everything is computed on the inputs' device (float64 on a GPU is fast enough and keeps the GPU tests
@@ -24,6 +26,8 @@ import torch
 from torch import Tensor
 
 P_OFFSET = 256.0  # the kernel's 2^8 exponent bias on P before the E4M3 cast
+E4M3_MAX = 448.0  # a 16-bit q row's amax maps here
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)  # the q dtypes the kernel quantizes per row
 
 
 def descale_table(t: Optional[Tensor], batch: int, num_heads_kv: int, device: torch.device) -> Tensor:
@@ -36,9 +40,21 @@ def descale_table(t: Optional[Tensor], batch: int, num_heads_kv: int, device: to
     return t.expand(batch, num_heads_kv).clone()
 
 
-def decode_fp8(x: Tensor) -> Tensor:
-    """FP8 → float64 (exact: every E4M3 value is representable)."""
+def decode(x: Tensor) -> Tensor:
+    """FP8, fp16 or bf16 → float64 (exact: every such value is representable)."""
     return x.detach().float().double()
+
+
+def quantize_q_rows(q: Tensor) -> tuple[Tensor, Tensor]:
+    """A 16-bit q [Sq, Hq, d] as the kernel quantizes it: (E4M3(q * 448 / amax) decoded to float64, the row scales
+    amax / 448 [Sq, Hq, 1]), one per (token, head) row, in fp32 as the kernel computes them. A row of zeros stays
+    zero with scale 1 (as the kernel's: scale 0 would turn a masked -inf score into NaN): its scores are 0, a
+    uniform average, never NaN."""
+    q32 = q.detach().float()
+    amax = q32.abs().amax(dim=-1, keepdim=True)
+    to_e4m3 = torch.where(amax > 0, E4M3_MAX / amax, torch.zeros_like(amax))
+    values = (q32 * to_e4m3).to(torch.float8_e4m3fn).double()
+    return values, torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax)).double()
 
 
 def visible_mask(seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[int, int],
@@ -67,23 +83,32 @@ class Reference:
     # 2^-13 of this magnitude and the LSE inherits it (the output mostly does not: a row's scores shift
     # together). check_lse allows 2^-11 of it, as the C++ harness does (tests/gpu/harness.cpp).
     score_magnitude: Tensor
+    # [Hq, Sq]: the LSE of the scores the kernel computes from (a 16-bit q's quantized rows; else the same as lse):
+    # its distance to lse is the LSE's error bar, as the C++ harness's (twice the emulation's error).
+    emul_lse: Tensor
 
 
 def attention_one(
     q: Tensor, k: Tensor, v: Tensor, *, q_descale: Tensor, k_descale: Tensor, v_descale: Tensor,
     softmax_scale: float, causal: bool, window: tuple[int, int], sink: Optional[Tensor], out_dtype: torch.dtype,
 ) -> Reference:
-    """One sequence. q [Sq, Hq, d], k [Sk, Hkv, d], v [Sk, Hkv, dv] FP8; descales [Hkv] fp64 for this
-    sequence; sink [Hq] or None."""
+    """One sequence. q [Sq, Hq, d] FP8, fp16 or bf16, k [Sk, Hkv, d], v [Sk, Hkv, dv] FP8; descales [Hkv] fp64
+    for this sequence; sink [Hq] or None."""
     seqlen_q, num_heads_q, _ = q.shape
     seqlen_k, num_heads_kv, head_dim_v = v.shape
     group = num_heads_q // num_heads_kv
-    qf = decode_fp8(q) * q_descale.repeat_interleave(group)[None, :, None]
-    kf = (decode_fp8(k) * k_descale[None, :, None]).repeat_interleave(group, dim=1)
-    vf = (decode_fp8(v) * v_descale[None, :, None]).repeat_interleave(group, dim=1)
+    q_descale_per_head = q_descale.repeat_interleave(group)[None, :, None]
+    qf = decode(q) * q_descale_per_head
+    kf = (decode(k) * k_descale[None, :, None]).repeat_interleave(group, dim=1)
+    vf = (decode(v) * v_descale[None, :, None]).repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", qf, kf) * softmax_scale  # [Hq, Sq, Sk]
     mask = visible_mask(seqlen_q, seqlen_k, causal, window, device=scores.device)
     scores = scores.masked_fill(~mask, float("-inf"))
+    emul_scores = scores
+    if q.dtype in SIXTEEN_BIT:  # the kernel's scores are those of the quantized rows, times the row scales
+        q8, q_scale = quantize_q_rows(q)
+        emul_scores = torch.einsum("qhd,khd->hqk", q8 * q_scale * q_descale_per_head, kf) * softmax_scale
+        emul_scores = emul_scores.masked_fill(~mask, float("-inf"))
     abs_scores = torch.einsum("qhd,khd->hqk", qf.abs(), kf.abs()) * abs(softmax_scale)
     score_magnitude = abs_scores.masked_fill(~mask, 0.0).amax(dim=-1) if seqlen_k else abs_scores.sum(dim=-1)
 
@@ -92,13 +117,17 @@ def attention_one(
         sink_col = sink.detach().to(scores.device, torch.float64).reshape(num_heads_q, 1, 1).expand(-1, seqlen_q, 1)
         logits = torch.cat([scores, sink_col], dim=-1)
     lse = torch.logsumexp(logits, dim=-1)  # [Hq, Sq]
+    emul_lse = lse
+    if emul_scores is not scores:
+        emul_logits = emul_scores if sink is None else torch.cat([emul_scores, logits[..., -1:]], dim=-1)
+        emul_lse = torch.logsumexp(emul_logits, dim=-1)
     empty = torch.isneginf(lse)
     probs = torch.exp(scores - lse.unsqueeze(-1)).masked_fill(empty.unsqueeze(-1), 0.0)
     out = torch.einsum("hqk,khd->qhd", probs, vf)
 
     # Kernel precision: fp32 scores, P biased by 2^8 and rounded to E4M3 unnormalised, fp32 PV, normalised by
     # the sum of the rounded P (the kernel's P x ones; docs/design.md), plus the sink.
-    s32 = scores.float()
+    s32 = emul_scores.float()
     if seqlen_k:
         row_max = s32.amax(dim=-1, keepdim=True)
     else:
@@ -111,7 +140,7 @@ def attention_one(
         denom = denom + torch.exp(sink.detach().to(scores.device, torch.float32).reshape(num_heads_q, 1, 1) - row_max)
     emul = torch.einsum("hqk,khd->qhd", p8, vf.float())
     emul = emul / (P_OFFSET * denom.clamp(min=torch.finfo(torch.float32).tiny)).permute(1, 0, 2)
-    return Reference(out=out, lse=lse, emul=emul.to(out_dtype), score_magnitude=score_magnitude)
+    return Reference(out=out, lse=lse, emul=emul.to(out_dtype), score_magnitude=score_magnitude, emul_lse=emul_lse)
 
 
 def gather_keys(cache: Tensor, block_table_row: Tensor, seqlen: int) -> Tensor:
@@ -138,7 +167,7 @@ def varlen_reference(
     qd, kd, vd = (descale_table(t, batch, num_heads_kv, q.device) for t in (q_descale, k_descale, v_descale))
     used = seqused_k.tolist() if seqused_k is not None else None
     cu_k = cu_seqlens_k.tolist() if cu_seqlens_k is not None else None
-    outs, lses, emuls, magnitudes = [], [], [], []
+    outs, lses, emuls, magnitudes, emul_lses = [], [], [], [], []
     for b in range(batch):
         qb = q[cu_q[b]:cu_q[b + 1]]
         if block_table is not None:
@@ -153,8 +182,9 @@ def varlen_reference(
         lses.append(r.lse)
         emuls.append(r.emul)
         magnitudes.append(r.score_magnitude)
+        emul_lses.append(r.emul_lse)
     return Reference(out=torch.cat(outs), lse=torch.cat(lses, dim=1), emul=torch.cat(emuls),
-                     score_magnitude=torch.cat(magnitudes, dim=1))
+                     score_magnitude=torch.cat(magnitudes, dim=1), emul_lse=torch.cat(emul_lses, dim=1))
 
 
 def ulp_bf16(x: float) -> float:
@@ -191,9 +221,10 @@ def check_output(out: Tensor, ref: Reference, what: str) -> dict[str, float]:
 
 
 def check_lse(lse: Tensor, ref_lse: Tensor, what: str, atol: float = 2e-3,
-              score_magnitude: Optional[Tensor] = None) -> None:
+              score_magnitude: Optional[Tensor] = None, emul_lse: Optional[Tensor] = None) -> None:
     """LSE: -inf exactly where the reference has no key (and no sink), else within atol (+1e-4 relative,
-    + 2^-11 of the row's score magnitude when given: see Reference.score_magnitude)."""
+    + 2^-11 of the row's score magnitude when given: see Reference.score_magnitude, + twice the largest distance
+    of the emulation's LSE to the reference when given: a 16-bit q's quantized rows, Reference.emul_lse)."""
     got = lse.detach().to(ref_lse.device, torch.float64)
     assert got.shape == ref_lse.shape, f"{what}: lse shape {tuple(got.shape)} vs {tuple(ref_lse.shape)}"
     empty = torch.isneginf(ref_lse)
@@ -204,4 +235,6 @@ def check_lse(lse: Tensor, ref_lse: Tensor, what: str, atol: float = 2e-3,
     limit = atol + 1e-4 * ref_lse[finite].abs()
     if score_magnitude is not None:
         limit = limit + 2.0 ** -11 * score_magnitude.to(ref_lse.device, torch.float64)[finite]
+    if emul_lse is not None and bool(finite.any()):
+        limit = limit + 2 * (emul_lse.to(ref_lse.device, torch.float64)[finite] - ref_lse[finite]).abs().max()
     assert (diff <= limit).all(), f"{what}: max |lse - ref| = {diff.max().item():.3g}"

@@ -45,13 +45,37 @@ def test_normalize_window_rejects_bad_length() -> None:
         _args.normalize_window((1, 2, 3), False)
 
 
-def test_resolve_out_dtype() -> None:
-    assert _args.resolve_out_dtype(None, None, "bf16") == "bf16"
-    assert _args.resolve_out_dtype(None, "fp16", "bf16") == "fp16"
-    assert _args.resolve_out_dtype("fp16", None, "bf16") == "fp16"
-    assert _args.resolve_out_dtype("fp16", "fp16", "bf16") == "fp16"
+SIXTEEN_BIT = ("fp16", "bf16")
+
+
+def resolve(out_dtype: object, given_out_dtype: object, q_dtype: object) -> object:
+    return _args.resolve_out_dtype(out_dtype, given_out_dtype, q_dtype, SIXTEEN_BIT, "bf16")
+
+
+def test_resolve_out_dtype_e4m3_q() -> None:
+    assert resolve(None, None, "e4m3") == "bf16"
+    assert resolve(None, "fp16", "e4m3") == "fp16"
+    assert resolve(None, "e4m3", "e4m3") == "e4m3"
+    assert resolve("fp16", None, "e4m3") == "fp16"
+    assert resolve("fp16", "fp16", "e4m3") == "fp16"
     with pytest.raises(ValueError, match="out_dtype"):
-        _args.resolve_out_dtype("fp16", "bf16", "bf16")
+        resolve("fp16", "bf16", "e4m3")
+
+
+@pytest.mark.parametrize("q_dtype", SIXTEEN_BIT)
+def test_resolve_out_dtype_16bit_q_defaults_to_q_dtype(q_dtype: str) -> None:
+    assert resolve(None, None, q_dtype) == q_dtype
+    assert resolve(None, q_dtype, q_dtype) == q_dtype
+    assert resolve(None, "e4m3", q_dtype) == "e4m3"  # the fused FP8 output: a choice, never a mix-up
+    other = "bf16" if q_dtype == "fp16" else "fp16"
+    assert resolve(other, None, q_dtype) == other  # asked for explicitly
+    assert resolve(other, other, q_dtype) == other
+
+
+@pytest.mark.parametrize("q_dtype,out", [("bf16", "fp16"), ("fp16", "bf16")])
+def test_resolve_out_dtype_16bit_out_of_the_other_type_needs_out_dtype(q_dtype: str, out: str) -> None:
+    with pytest.raises(ValueError, match=f"out has dtype {out} but q has dtype {q_dtype}.*out_dtype={out}"):
+        resolve(None, out, q_dtype)
 
 
 def test_default_softmax_scale() -> None:

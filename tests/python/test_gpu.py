@@ -130,14 +130,16 @@ def descales(kind: str, batch: int, hkv: int) -> Optional["torch.Tensor"]:
 def vllm_decode(*, d: int, hq: int, hkv: int, q_tokens: int, contexts: list[int], window_left: int,
                 q_descale: str = "expand00", k_descale: str = "expand01", v_descale: str = "expand00",
                 sink_dtype: Optional["torch.dtype"] = torch.float32, out_dtype: "torch.dtype" = torch.bfloat16,
-                num_splits: int = 0, max_seqlen_k: Optional[int] = None, hnd: bool = False) -> None:
-    """One vLLM decode step (FlashAttentionImpl.forward's call) checked against the reference."""
+                num_splits: int = 0, max_seqlen_k: Optional[int] = None, hnd: bool = False,
+                q_dtype: "torch.dtype" = E4M3) -> None:
+    """One vLLM decode step (FlashAttentionImpl.forward's call) checked against the reference. A 16-bit
+    ``q_dtype`` passes q unquantized (the kernel quantizes it per row)."""
     contexts = [max(c, q_tokens) for c in contexts]  # a request's context includes its new tokens
     batch = len(contexts)
     max_seqlen_k = max_seqlen_k or max(contexts)
     cache = make_paged_cache(contexts, hkv, d, table_width=math.ceil(max_seqlen_k / PAGE), hnd=hnd)
     total_q = batch * q_tokens
-    q = fp8_randn(total_q, hq, d)
+    q = fp8_randn(total_q, hq, d) if q_dtype == E4M3 else torch.randn(total_q, hq, d, device=CUDA).to(q_dtype)
     cu_q = cu_seqlens([q_tokens] * batch)
     qs, ks, vs = (descales(kind, batch, hkv) for kind in (q_descale, k_descale, v_descale))
     sink = torch.randn(hq, device=CUDA).to(sink_dtype) if sink_dtype is not None else None
@@ -155,8 +157,9 @@ def vllm_decode(*, d: int, hq: int, hkv: int, q_tokens: int, contexts: list[int]
                                      block_table=cache.block_table, q_descale=qs, k_descale=ks, v_descale=vs,
                                      softmax_scale=d ** -0.5, causal=True, window=window, sink=sink,
                                      out_dtype=out_dtype)
-    reference.check_output(out, ref, f"paged decode d={d} hq={hq} hkv={hkv} q_tokens={q_tokens}")
-    reference.check_lse(lse, ref.lse, "paged decode lse", score_magnitude=ref.score_magnitude)
+    reference.check_output(out, ref, f"paged decode d={d} hq={hq} hkv={hkv} q_tokens={q_tokens} q {q_dtype}")
+    reference.check_lse(lse, ref.lse, "paged decode lse", score_magnitude=ref.score_magnitude,
+                        emul_lse=ref.emul_lse)
 
 
 CONTEXTS = [1, 17, 239, 1025, 640, 3001]
@@ -220,7 +223,8 @@ def test_varlen_prefill(d: int, dv: int, causal: bool, window: tuple[int, int]) 
     ref = reference.varlen_reference(q, k, v, cu_q, cu_seqlens_k=cu_k, q_descale=qs, k_descale=ks, v_descale=vs,
                                      softmax_scale=d ** -0.5, causal=causal, window=window)
     reference.check_output(out, ref, f"varlen prefill d={d} dv={dv} causal={causal} window={window}")
-    reference.check_lse(lse, ref.lse, "varlen prefill lse", score_magnitude=ref.score_magnitude)
+    reference.check_lse(lse, ref.lse, "varlen prefill lse", score_magnitude=ref.score_magnitude,
+                        emul_lse=ref.emul_lse)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -239,7 +243,8 @@ def test_dense_flash_attn_func(causal: bool) -> None:
         ref = reference.varlen_reference(q[b], k[b], v[b], cu_q, cu_seqlens_k=cu_k, k_descale=ks[b:b + 1],
                                          softmax_scale=d ** -0.5, causal=causal, out_dtype=torch.float16)
         reference.check_output(out[b], ref, f"dense batch {b}")
-        reference.check_lse(lse[b], ref.lse, f"dense lse batch {b}", score_magnitude=ref.score_magnitude)
+        reference.check_lse(lse[b], ref.lse, f"dense lse batch {b}", score_magnitude=ref.score_magnitude,
+                            emul_lse=ref.emul_lse)
 
 
 @pytest.mark.parametrize("paged", [False, True])
@@ -506,7 +511,8 @@ def check_vllm034(batch: Vllm034Batch, out: "torch.Tensor", lse: Optional["torch
     what = f"{what} requests(q,ctx)={batch.requests}"
     reference.check_output(out, ref, what)
     if lse is not None:
-        reference.check_lse(lse, ref.lse, f"{what} lse", score_magnitude=ref.score_magnitude)
+        reference.check_lse(lse, ref.lse, f"{what} lse", score_magnitude=ref.score_magnitude,
+                            emul_lse=ref.emul_lse)
 
 
 def vllm_decode_requests(q_tokens: int, count: int = 24) -> list[tuple[int, int]]:
@@ -614,6 +620,88 @@ def test_vllm_sink_padded_with_neg_inf(sink_dtype: Any, pattern: str, num_splits
     heads = neg.nonzero().flatten()
     assert torch.equal(out[:, heads], plain_out[:, heads]), f"{what}: a -inf sink head differs from no sink (out)"
     assert torch.equal(lse[heads], plain_lse[heads]), f"{what}: a -inf sink head differs from no sink (lse)"
+
+
+# ---- 16-bit q over an E4M3 KV cache (issue 35): the kernel quantizes each (token, head) row of q itself ----
+
+SIXTEEN_BIT = [torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("q_tokens", [1, 4])
+@pytest.mark.parametrize("q_dtype", SIXTEEN_BIT)
+def test_16bit_q_paged_decode(q_dtype: Any, q_tokens: int) -> None:
+    # GQA 32:8 (PackGQA), vLLM's k/v descales and a sink; a 16-bit q takes no q_descale, and its out is its dtype.
+    vllm_decode(d=128, hq=32, hkv=8, q_tokens=q_tokens, contexts=CONTEXTS, window_left=127, q_descale="none",
+                out_dtype=q_dtype, q_dtype=q_dtype)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("q_dtype", SIXTEEN_BIT)
+def test_16bit_q_varlen_prefill(q_dtype: Any, causal: bool) -> None:
+    hq, hkv, d = 8, 2, 128
+    lens_q = [lq for lq, _ in PREFILL_LENGTHS]
+    lens_k = [lk for _, lk in PREFILL_LENGTHS]
+    q = torch.randn(sum(lens_q), hq, d, device=CUDA).to(q_dtype)
+    q[1, 3] = 0  # a row of zeros: its scale is 1, its output the mean of the V rows it sees
+    k, v = fp8_randn(sum(lens_k), hkv, d), fp8_randn(sum(lens_k), hkv, d)
+    cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
+    ks, vs = descales("dense", len(lens_q), hkv), descales("expand01", len(lens_q), hkv)
+    out, lse = run(lambda: fp8attn.flash_attn_varlen_func(
+        q, k, v, max(lens_q), cu_q, max(lens_k), cu_seqlens_k=cu_k, causal=causal, k_descale=ks, v_descale=vs,
+        return_softmax_lse=True))
+    torch.cuda.synchronize()
+    assert out.dtype == q_dtype and out.shape == (sum(lens_q), hq, d)
+    ref = reference.varlen_reference(q, k, v, cu_q, cu_seqlens_k=cu_k, k_descale=ks, v_descale=vs,
+                                     softmax_scale=d ** -0.5, causal=causal, out_dtype=q_dtype)
+    reference.check_output(out, ref, f"16-bit q varlen prefill {q_dtype} causal={causal}")
+    reference.check_lse(lse, ref.lse, "16-bit q varlen prefill lse", score_magnitude=ref.score_magnitude,
+                        emul_lse=ref.emul_lse)
+
+
+# ---- head dim 512 (issue 35): Gemma-4's global layers, the K = V cache passed as both k and v ----
+
+
+@pytest.mark.parametrize("q_tokens", [1, 4])
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, E4M3])
+def test_d512_paged_decode_k_is_v(q_dtype: Any, q_tokens: int) -> None:
+    # A global layer per GPU at TP4: 8 q heads on 1 kv head, 64-token pages in a shuffled cache, one E4M3 tensor as
+    # k and v (the kernel then reads each tile once), num_splits=32 as vLLM passes it under full CUDA graphs.
+    hq, hkv, d, page = 8, 1, 512, 64
+    contexts = [max(c, q_tokens) for c in (1, 70, 1025, 3001)]
+    batch = len(contexts)
+    pages = [math.ceil(c / page) for c in contexts]
+    cache = fp8_randn(sum(pages) + 3, page, hkv, d)
+    order = torch.randperm(cache.shape[0], device=CUDA).to(torch.int32)
+    table = torch.zeros(batch, max(pages) + 2, dtype=torch.int32, device=CUDA)
+    starts = itertools.accumulate([0] + pages)
+    for b, (start, n) in enumerate(zip(starts, pages)):
+        table[b, :n] = order[start:start + n]
+    seqused = torch.tensor(contexts, dtype=torch.int32, device=CUDA)
+    total_q = batch * q_tokens
+    q = fp8_randn(total_q, hq, d) if q_dtype == E4M3 else torch.randn(total_q, hq, d, device=CUDA).to(q_dtype)
+    cu_q = cu_seqlens([q_tokens] * batch)
+    out, lse = run(lambda: fp8attn.flash_attn_varlen_func(
+        q=q, k=cache, v=cache, max_seqlen_q=q_tokens, cu_seqlens_q=cu_q, max_seqlen_k=page * table.shape[1],
+        seqused_k=seqused, softmax_scale=d ** -0.5, causal=True, block_table=table, return_softmax_lse=True,
+        num_splits=32))
+    torch.cuda.synchronize()
+    assert out.dtype == torch.bfloat16 and out.shape == (total_q, hq, d)
+    ref = reference.varlen_reference(q, cache, cache, cu_q, seqused_k=seqused, block_table=table,
+                                     softmax_scale=d ** -0.5, causal=True, out_dtype=torch.bfloat16)
+    reference.check_output(out, ref, f"d512 K = V paged decode, q {q_dtype}, {q_tokens} tokens")
+    reference.check_lse(lse, ref.lse, "d512 K = V paged decode lse", score_magnitude=ref.score_magnitude,
+                        emul_lse=ref.emul_lse)
+
+
+def test_16bit_q_named_errors() -> None:
+    q = torch.randn(2, 64, 8, 128, device=CUDA).to(torch.bfloat16)
+    k, v = fp8_randn(2, 100, 2, 128), fp8_randn(2, 100, 2, 128)
+    with pytest.raises(ValueError, match="q_descale: expected NULL with a bfloat16 q"):
+        fp8attn.flash_attn_func(q, k, v, q_descale=torch.ones((), device=CUDA))
+    with pytest.raises(NotImplementedError, match="k: expected dtype float8_e4m3fn, got bfloat16"):
+        fp8attn.flash_attn_func(q, k.to(torch.bfloat16), v)
+    with pytest.raises(ValueError, match="out has dtype torch.float16 but q has dtype torch.bfloat16"):
+        fp8attn.flash_attn_func(q, k, v, out=torch.empty(2, 64, 8, 128, dtype=torch.float16, device=CUDA))
 
 
 # ---- FP8 output (output_scale) and softcap through the Python API (the C++ suite holds their error bars) ----

@@ -267,3 +267,53 @@ def test_e4m3_out_traces_on_meta() -> None:
     out = _vllm_call(a, out=torch.empty(a["out"].shape, dtype=E4M3, device="meta"),
                      output_scale=torch.empty((), device="meta"), softcap=50.0)
     assert out.dtype == E4M3 and out.shape == a["out"].shape
+
+
+# ---- 16-bit q over an E4M3 KV cache (issue 35): mapped as it is; the kernel quantizes it per row ----
+
+SIXTEEN_BIT = [torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("q_dtype", SIXTEEN_BIT)
+def test_fill_params_maps_16bit_q_with_element_strides(q_dtype: Any) -> None:
+    a = vllm_decode_args("meta")
+    a["q"] = torch.empty(T, HQ, D + 8, dtype=q_dtype, device="meta")[..., :D]  # padded heads: 8 elements, 16 bytes
+    params = _lib.FwdParams()
+    ops.fill_params(params, *op_args(a))
+    assert params.q_dtype == {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_F16}[q_dtype]
+    assert (params.k_dtype, params.v_dtype) == (_lib.DTYPE_E4M3, _lib.DTYPE_E4M3)
+    assert (params.q_row_stride, params.q_head_stride) == (HQ * (D + 8), D + 8)
+    # A q_descale beside a 16-bit q is passed on: the library refuses it by name (validate.cpp), not this layer.
+    assert params.q_descale.ndim == 2 and params.q_descale.dtype == _lib.DTYPE_F32
+
+
+@pytest.mark.parametrize("q_dtype", SIXTEEN_BIT)
+def test_fake_16bit_q_out_defaults_to_q_dtype_at_every_entry_point(q_dtype: Any) -> None:
+    with FakeTensorMode():
+        a = vllm_decode_args("cuda")
+        a["q"] = torch.empty(T, HQ, D, dtype=q_dtype, device="cuda")
+        a["out"], a["q_descale"] = None, None
+        assert _vllm_call(a).dtype == q_dtype
+        assert _vllm_call(a, out_dtype=torch.float16).dtype == torch.float16
+        fused = _vllm_call(a, out_dtype=E4M3, output_scale=torch.empty((), device="cuda"))
+        assert fused.dtype == E4M3
+        q = torch.empty(3, 4, HQ, D, dtype=q_dtype, device="cuda")
+        cache = torch.empty(2, NUM_BLOCKS, PAGE, HKV, D, dtype=E4M3, device="cuda")
+        table = torch.empty(3, 10, dtype=torch.int32, device="cuda")
+        out = fp8attn.flash_attn_with_kvcache(q, cache[0], cache[1], cache_seqlens=100, block_table=table, causal=True)
+        assert out.shape == (3, 4, HQ, D) and out.dtype == q_dtype
+        dense_k = torch.empty(3, 300, HKV, D, dtype=E4M3, device="cuda")
+        assert fp8attn.flash_attn_func(q, dense_k, dense_k, causal=True).dtype == q_dtype
+
+
+@pytest.mark.parametrize("q_dtype,out_dtype", [(torch.bfloat16, torch.float16), (torch.float16, torch.bfloat16)])
+def test_fake_16bit_out_of_the_other_16bit_dtype_is_named(q_dtype: Any, out_dtype: Any) -> None:
+    with FakeTensorMode():
+        a = vllm_decode_args("cuda")
+        a["q"] = torch.empty(T, HQ, D, dtype=q_dtype, device="cuda")
+        a["out"] = torch.empty(T, HQ, D, dtype=out_dtype, device="cuda")
+        with pytest.raises(ValueError, match=f"out has dtype {out_dtype} but q has dtype {q_dtype}"):
+            _vllm_call(a)
+        assert _vllm_call(a, out_dtype=out_dtype) is a["out"]  # said explicitly: written as asked
+        a["out"] = torch.empty(T, HQ, D, dtype=E4M3, device="cuda")  # the fused FP8 output is never a mix-up
+        assert _vllm_call(a, output_scale=torch.empty((), device="cuda")) is a["out"]

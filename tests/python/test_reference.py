@@ -123,3 +123,42 @@ def test_varlen_reference_splits_sequences() -> None:
                                    out_dtype=torch.bfloat16)
     torch.testing.assert_close(r.out[3:8], last.out)
     assert sum(lens_q) == r.out.shape[0] and len(lens_k) == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_q_rows_quantized_as_the_kernel_does(dtype: "torch.dtype") -> None:
+    q = torch.tensor([[[1.0, 0.3]], [[0.0, -0.0]]], dtype=dtype)  # [Sq 2, Hq 1, d 2]; the second row all zeros
+    values, scale = reference.quantize_q_rows(q)
+    assert values[0, 0].tolist() == [448.0, 128.0]  # 0.3 * 448 ~ 134.4 lies between E4M3's 128 and 144
+    assert scale[0, 0, 0].item() == pytest.approx(1 / 448)
+    assert values[1].abs().sum().item() == 0 and scale[1].item() == 1  # scale 0 would make -inf * 0 = NaN
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_q_exact_unquantized_emulation_quantized(dtype: "torch.dtype") -> None:
+    q = (torch.randn(9, 4, 64) * 2).to(dtype)
+    q[3, 1] = 0  # a row of zeros: the uniform average, never NaN
+    k, v = _fp8(30, 2, 64), _fp8(30, 2, 64)
+    ones = torch.ones(2, dtype=torch.float64)
+    kwargs = dict(q_descale=ones, k_descale=ones, v_descale=ones, softmax_scale=0.125, causal=True, window=(-1, -1),
+                  sink=None, out_dtype=torch.float32)
+    r = reference.attention_one(q, k, v, **kwargs)
+    unquantized = reference.attention_one(q.float(), k, v, **kwargs)
+    values, scale = reference.quantize_q_rows(q)
+    quantized = reference.attention_one((values * scale).float(), k, v, **kwargs)
+    assert torch.equal(r.out, unquantized.out) and torch.equal(r.lse, unquantized.lse)
+    torch.testing.assert_close(r.emul, quantized.emul, rtol=1e-5, atol=1e-6)
+    assert (r.emul - unquantized.emul).abs().max().item() > 1e-3
+    assert torch.isfinite(r.emul).all()
+    # The LSE of the quantized rows' scores is the LSE's error bar (GPU tests: check_lse's emul_lse).
+    emul_distance = (r.emul_lse - r.lse).abs().max().item()
+    assert emul_distance > 1e-3 and torch.isfinite(r.emul_lse).all()
+    reference.check_lse(r.emul_lse, r.lse, "lse of the quantized rows", emul_lse=r.emul_lse)
+    with pytest.raises(AssertionError):
+        reference.check_lse(r.emul_lse, r.lse, "lse of the quantized rows, no emulation bar")
+    with pytest.raises(AssertionError):
+        reference.check_lse(r.lse + 3 * emul_distance, r.lse, "lse three emulation errors off", emul_lse=r.emul_lse)
+    visible = 3 + 30 - 9 + 1  # causal, bottom-right aligned: row 3 sees keys 0..24 (q head 1 reads kv head 0)
+    mean_v = v[:visible, 0].double().mean(dim=0)
+    torch.testing.assert_close(r.out[3, 1], mean_v)
+    torch.testing.assert_close(r.emul[3, 1].double(), mean_v, rtol=1e-5, atol=1e-6)
