@@ -238,3 +238,8 @@ def check_lse(lse: Tensor, ref_lse: Tensor, what: str, atol: float = 2e-3,
     if emul_lse is not None and bool(finite.any()):
         limit = limit + 2 * (emul_lse.to(ref_lse.device, torch.float64)[finite] - ref_lse[finite]).abs().max()
     assert (diff <= limit).all(), f"{what}: max |lse - ref| = {diff.max().item():.3g}"
+
+
+def check_reference_lse(lse: Tensor, ref: Reference, what: str) -> None:
+    """check_lse against a Reference, with every bar it carries (score magnitude, the emulation's LSE)."""
+    check_lse(lse, ref.lse, what, score_magnitude=ref.score_magnitude, emul_lse=ref.emul_lse)

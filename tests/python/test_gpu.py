@@ -158,8 +158,7 @@ def vllm_decode(*, d: int, hq: int, hkv: int, q_tokens: int, contexts: list[int]
                                      softmax_scale=d ** -0.5, causal=True, window=window, sink=sink,
                                      out_dtype=out_dtype)
     reference.check_output(out, ref, f"paged decode d={d} hq={hq} hkv={hkv} q_tokens={q_tokens} q {q_dtype}")
-    reference.check_lse(lse, ref.lse, "paged decode lse", score_magnitude=ref.score_magnitude,
-                        emul_lse=ref.emul_lse)
+    reference.check_reference_lse(lse, ref, "paged decode lse")
 
 
 CONTEXTS = [1, 17, 239, 1025, 640, 3001]
@@ -223,8 +222,7 @@ def test_varlen_prefill(d: int, dv: int, causal: bool, window: tuple[int, int]) 
     ref = reference.varlen_reference(q, k, v, cu_q, cu_seqlens_k=cu_k, q_descale=qs, k_descale=ks, v_descale=vs,
                                      softmax_scale=d ** -0.5, causal=causal, window=window)
     reference.check_output(out, ref, f"varlen prefill d={d} dv={dv} causal={causal} window={window}")
-    reference.check_lse(lse, ref.lse, "varlen prefill lse", score_magnitude=ref.score_magnitude,
-                        emul_lse=ref.emul_lse)
+    reference.check_reference_lse(lse, ref, "varlen prefill lse")
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -243,8 +241,7 @@ def test_dense_flash_attn_func(causal: bool) -> None:
         ref = reference.varlen_reference(q[b], k[b], v[b], cu_q, cu_seqlens_k=cu_k, k_descale=ks[b:b + 1],
                                          softmax_scale=d ** -0.5, causal=causal, out_dtype=torch.float16)
         reference.check_output(out[b], ref, f"dense batch {b}")
-        reference.check_lse(lse[b], ref.lse, f"dense lse batch {b}", score_magnitude=ref.score_magnitude,
-                            emul_lse=ref.emul_lse)
+        reference.check_reference_lse(lse[b], ref, f"dense lse batch {b}")
 
 
 @pytest.mark.parametrize("paged", [False, True])
@@ -511,8 +508,7 @@ def check_vllm034(batch: Vllm034Batch, out: "torch.Tensor", lse: Optional["torch
     what = f"{what} requests(q,ctx)={batch.requests}"
     reference.check_output(out, ref, what)
     if lse is not None:
-        reference.check_lse(lse, ref.lse, f"{what} lse", score_magnitude=ref.score_magnitude,
-                            emul_lse=ref.emul_lse)
+        reference.check_reference_lse(lse, ref, f"{what} lse")
 
 
 def vllm_decode_requests(q_tokens: int, count: int = 24) -> list[tuple[int, int]]:
@@ -654,8 +650,7 @@ def test_16bit_q_varlen_prefill(q_dtype: Any, causal: bool) -> None:
     ref = reference.varlen_reference(q, k, v, cu_q, cu_seqlens_k=cu_k, k_descale=ks, v_descale=vs,
                                      softmax_scale=d ** -0.5, causal=causal, out_dtype=q_dtype)
     reference.check_output(out, ref, f"16-bit q varlen prefill {q_dtype} causal={causal}")
-    reference.check_lse(lse, ref.lse, "16-bit q varlen prefill lse", score_magnitude=ref.score_magnitude,
-                        emul_lse=ref.emul_lse)
+    reference.check_reference_lse(lse, ref, "16-bit q varlen prefill lse")
 
 
 # ---- head dim 512 (issue 35): Gemma-4's global layers, the K = V cache passed as both k and v ----
@@ -689,8 +684,7 @@ def test_d512_paged_decode_k_is_v(q_dtype: Any, q_tokens: int) -> None:
     ref = reference.varlen_reference(q, cache, cache, cu_q, seqused_k=seqused, block_table=table,
                                      softmax_scale=d ** -0.5, causal=True, out_dtype=torch.bfloat16)
     reference.check_output(out, ref, f"d512 K = V paged decode, q {q_dtype}, {q_tokens} tokens")
-    reference.check_lse(lse, ref.lse, "d512 K = V paged decode lse", score_magnitude=ref.score_magnitude,
-                        emul_lse=ref.emul_lse)
+    reference.check_reference_lse(lse, ref, "d512 K = V paged decode lse")
 
 
 def test_16bit_q_named_errors() -> None:
