@@ -77,14 +77,19 @@ struct MainloopSplitDv {
   // The hand-over's per-row factors (a block's rescale, or the output scale) of this thread's two rows (warpgroup
   // thread 0..127): written by the quad's first thread, read by every thread of the other warpgroup's quad. Volatile
   // accesses: CUTLASS's named-barrier asm has no memory clobber, so plain ones could be moved across it.
-  // The warp reconverges before returning: the named barrier that follows is warp-aligned (bar.sync), and synccheck
-  // reported the divergent form (2026-12-05).
   CUTE_DEVICE static void put_row_factors(SharedStorage& smem, int thread, const float (&factor)[2]) {
     if (thread % 4 == 0) {
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) { st_shared_volatile(&smem.split_dv_row_factor[accumulator_row(thread, h)], factor[h]); }
     }
+  }
+  // One of the hand-over's barriers (kSplitDvPEmpty, kSplitDvPFull), both warpgroups. bar.sync is warp-aligned: every
+  // thread of a warp must reach it together, and ptxas does not always reconverge the warp after data-dependent code
+  // (the row-factor store by one thread of four, the mask and the softmax before "P empty": synccheck reported
+  // divergent warps at both barriers, 2026-12-05), so the warp reconverges first.
+  CUTE_DEVICE static void sync_both_warpgroups(NamedBarrierId barrier) {
     __syncwarp();
+    cutlass::arch::NamedBarrier::sync(kThreadsBoth, barrier);
   }
   CUTE_DEVICE static void get_row_factors(const SharedStorage& smem, int thread, float (&factor)[2]) {
     CUTE_UNROLL
@@ -142,11 +147,11 @@ struct MainloopSplitDv {
       scores_to_pv_operand(tSrS, tOrP);
 
       // Hand P and the rescale factors to the P V warpgroup.
-      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
+      sync_both_warpgroups(kSplitDvPEmpty);
       store_p(sP, tOrP, thread);
       put_row_factors(smem, thread, rescale);
       cutlass::arch::fence_view_async_shared();  // the other warpgroup's WGMMA reads sP through the async proxy
-      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
+      sync_both_warpgroups(kSplitDvPFull);
 
       // This warpgroup's half of P V, chunk by chunk, then P x ones.
       pipeline_vt.consumer_wait(vt_state);
@@ -187,10 +192,10 @@ struct MainloopSplitDv {
     Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvChunk>>{});  // (MMA, MMA_M, 1) fp32
 
     // sP starts free: the first "P empty" lets the score warpgroup write.
-    cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
+    sync_both_warpgroups(kSplitDvPEmpty);
     PipelineState vt_state;
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
+      sync_both_warpgroups(kSplitDvPFull);
       float rescale[2];
       get_row_factors(smem, thread, rescale);
       pipeline_vt.consumer_wait(vt_state);
@@ -209,7 +214,7 @@ struct MainloopSplitDv {
       pipeline_vt.consumer_release(vt_state);
       ++vt_state;
       // sP and the factors are read (every chunk's GEMM has completed): the score warpgroup may write the next block's.
-      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
+      sync_both_warpgroups(kSplitDvPEmpty);
     }
   }
 
@@ -218,11 +223,11 @@ struct MainloopSplitDv {
   CUTE_DEVICE static void share_output_scale(SharedStorage& smem, int mma_thread, float (&o_scale)[2]) {
     const int thread = mma_thread % 128;
     if (mma_thread < 128) {
-      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPEmpty);
+      sync_both_warpgroups(kSplitDvPEmpty);
       put_row_factors(smem, thread, o_scale);
-      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
+      sync_both_warpgroups(kSplitDvPFull);
     } else {
-      cutlass::arch::NamedBarrier::sync(kThreadsBoth, kSplitDvPFull);
+      sync_both_warpgroups(kSplitDvPFull);
       get_row_factors(smem, thread, o_scale);
     }
   }
