@@ -83,13 +83,10 @@ struct MainloopSplitDv {
       for (int h = 0; h < 2; ++h) { st_shared_volatile(&smem.split_dv_row_factor[accumulator_row(thread, h)], factor[h]); }
     }
   }
-  // One of the hand-over's barriers (kSplitDvPEmpty, kSplitDvPFull), both warpgroups. bar.sync is warp-aligned: every
-  // thread of a warp must reach it together, and ptxas does not always reconverge the warp after data-dependent code
-  // (the row-factor store by one thread of four, the mask and the softmax before "P empty": synccheck reported
-  // divergent warps at both barriers, 2026-12-05), so the warp reconverges first.
+  // One of the hand-over's barriers (kSplitDvPEmpty, kSplitDvPFull), both warpgroups, each from its own code: the
+  // unaligned barrier (ptx.cuh says why bar.sync is not).
   CUTE_DEVICE static void sync_both_warpgroups(NamedBarrierId barrier) {
-    __syncwarp();
-    cutlass::arch::NamedBarrier::sync(kThreadsBoth, barrier);
+    barrier_sync_unaligned(cutlass::arch::NamedBarrier::ReservedNamedBarrierCount + barrier, kThreadsBoth);
   }
   CUTE_DEVICE static void get_row_factors(const SharedStorage& smem, int thread, float (&factor)[2]) {
     CUTE_UNROLL

@@ -47,10 +47,19 @@ CUTE_DEVICE float ld_shared_volatile(const float* address) {
   return value;
 }
 
-// A float into shared memory as a volatile store: kept in program order with the named-barrier asm around it (the
-// split-dv hand-over, mainloop_split_dv.cuh, whose barriers carry no memory clobber).
+// A float into shared memory as a volatile store, kept in program order with the asm around it (the split-dv
+// hand-over's row factors, mainloop_split_dv.cuh).
 CUTE_DEVICE void st_shared_volatile(float* address, float value) {
   asm volatile("st.shared.f32 [%0], %1;" : : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(address))), "f"(value));
+}
+
+// Named barrier `id` for `threads` threads (a multiple of 32), not .aligned: the threads may reach it through
+// different barrier instructions and need not be converged. CUTLASS's NamedBarrier::sync emits bar.sync, which is
+// barrier.sync.aligned: every thread of the CTA that takes part must execute the same instruction, which the
+// split-dv hand-over (two warpgroups, each at its own place in its own loop) does not (synccheck: "divergent
+// threads", 2026-12-05). The memory clobber keeps shared-memory accesses on their side of it.
+CUTE_DEVICE void barrier_sync_unaligned(uint32_t id, uint32_t threads) {
+  asm volatile("barrier.sync %0, %1;" : : "r"(id), "r"(threads) : "memory");
 }
 
 // Two fp32 values to two E4M3 bytes (lo in the low byte), round-to-nearest-even, saturating at 448.
