@@ -85,8 +85,9 @@ struct MainloopSplitDv {
   }
   // One of the hand-over's barriers (kSplitDvPEmpty, kSplitDvPFull), both warpgroups, each from its own code: the
   // unaligned barrier (ptx.cuh says why bar.sync is not).
-  CUTE_DEVICE static void sync_both_warpgroups(NamedBarrierId barrier) {
-    barrier_sync_unaligned(cutlass::arch::NamedBarrier::ReservedNamedBarrierCount + barrier, kThreadsBoth);
+  template <NamedBarrierId kBarrier>
+  CUTE_DEVICE static void sync_both_warpgroups() {
+    barrier_sync_unaligned<cutlass::arch::NamedBarrier::ReservedNamedBarrierCount + kBarrier, kThreadsBoth>();
   }
   CUTE_DEVICE static void get_row_factors(const SharedStorage& smem, int thread, float (&factor)[2]) {
     CUTE_UNROLL
@@ -144,11 +145,11 @@ struct MainloopSplitDv {
       scores_to_pv_operand(tSrS, tOrP);
 
       // Hand P and the rescale factors to the P V warpgroup.
-      sync_both_warpgroups(kSplitDvPEmpty);
+      sync_both_warpgroups<kSplitDvPEmpty>();
       store_p(sP, tOrP, thread);
       put_row_factors(smem, thread, rescale);
       cutlass::arch::fence_view_async_shared();  // the other warpgroup's WGMMA reads sP through the async proxy
-      sync_both_warpgroups(kSplitDvPFull);
+      sync_both_warpgroups<kSplitDvPFull>();
 
       // This warpgroup's half of P V, chunk by chunk, then P x ones.
       pipeline_vt.consumer_wait(vt_state);
@@ -189,10 +190,10 @@ struct MainloopSplitDv {
     Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvChunk>>{});  // (MMA, MMA_M, 1) fp32
 
     // sP starts free: the first "P empty" lets the score warpgroup write.
-    sync_both_warpgroups(kSplitDvPEmpty);
+    sync_both_warpgroups<kSplitDvPEmpty>();
     PipelineState vt_state;
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      sync_both_warpgroups(kSplitDvPFull);
+      sync_both_warpgroups<kSplitDvPFull>();
       float rescale[2];
       get_row_factors(smem, thread, rescale);
       pipeline_vt.consumer_wait(vt_state);
@@ -211,7 +212,7 @@ struct MainloopSplitDv {
       pipeline_vt.consumer_release(vt_state);
       ++vt_state;
       // sP and the factors are read (every chunk's GEMM has completed): the score warpgroup may write the next block's.
-      sync_both_warpgroups(kSplitDvPEmpty);
+      sync_both_warpgroups<kSplitDvPEmpty>();
     }
   }
 
@@ -220,11 +221,11 @@ struct MainloopSplitDv {
   CUTE_DEVICE static void share_output_scale(SharedStorage& smem, int mma_thread, float (&o_scale)[2]) {
     const int thread = mma_thread % 128;
     if (mma_thread < 128) {
-      sync_both_warpgroups(kSplitDvPEmpty);
+      sync_both_warpgroups<kSplitDvPEmpty>();
       put_row_factors(smem, thread, o_scale);
-      sync_both_warpgroups(kSplitDvPFull);
+      sync_both_warpgroups<kSplitDvPFull>();
     } else {
-      sync_both_warpgroups(kSplitDvPFull);
+      sync_both_warpgroups<kSplitDvPFull>();
       get_row_factors(smem, thread, o_scale);
     }
   }

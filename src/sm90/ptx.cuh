@@ -58,8 +58,9 @@ CUTE_DEVICE void st_shared_volatile(float* address, float value) {
 // barrier.sync.aligned: every thread of the CTA that takes part must execute the same instruction, which the
 // split-dv hand-over (two warpgroups, each at its own place in its own loop) does not (synccheck: "divergent
 // threads", 2026-12-05). The memory clobber keeps shared-memory accesses on their side of it.
-CUTE_DEVICE void barrier_sync_unaligned(uint32_t id, uint32_t threads) {
-  asm volatile("barrier.sync %0, %1;" : : "r"(id), "r"(threads) : "memory");
+template <uint32_t kId, uint32_t kThreads>
+CUTE_DEVICE void barrier_sync_unaligned() {
+  asm volatile("barrier.sync %0, %1;" : : "n"(kId), "n"(kThreads) : "memory");
 }
 
 // Two fp32 values to two E4M3 bytes (lo in the low byte), round-to-nearest-even, saturating at 448.
