@@ -76,7 +76,7 @@ struct MainloopSplitDv {
 
   // The hand-over's per-row factors (a block's rescale, or the output scale) of this thread's two rows (warpgroup
   // thread 0..127): written by the quad's first thread, read by every thread of the other warpgroup's quad. Volatile
-  // accesses: CUTLASS's named-barrier asm has no memory clobber, so plain ones could be moved across it.
+  // accesses, so that the compiler keeps them where they are written (the barrier asm's memory clobber orders them too).
   CUTE_DEVICE static void put_row_factors(SharedStorage& smem, int thread, const float (&factor)[2]) {
     if (thread % 4 == 0) {
       CUTE_UNROLL
