@@ -230,9 +230,7 @@ struct MainloopMma {
       scores_to_p(n_block, rescale);
       scores_to_pv_operand(tSrS, tOrP);
     };
-    // Schedule 1, P V after the softmax (Traits::kPvAfterSoftmax): per block Q K^T, the softmax, then P V in
-    // dv parts accumulated in the score registers; no overlap inside the warpgroup.
-    auto loop_pv_after_softmax = [&](auto const& blocks) __attribute__((always_inline)) {
+    if constexpr (Traits::kPvAfterSoftmax) {
       // The V^T rows [part * kPvChunk, (part + 1) * kPvChunk) of a stage as a P V operand (SmemLayoutVtRows).
       auto vt_part = [&](int part, int stage) {
         constexpr int kStageBytes = Traits::kVtRows * kBlockN;
@@ -245,12 +243,12 @@ struct MainloopMma {
       // two halves of them, made ptxas serialize every WGMMA (C7511); P x ones in the first part's batch spilled.)
       Tensor tOrPart = make_tensor(tSharedRegs.data(),
                                    make_layout(partition_shape_C(tiled_mma_pv_part, Shape<Int<kBlockM>, Int<kPvChunk>>{})));
-      static_assert(!Traits::kPvAfterSoftmax || decltype(size(tOrPart))::value <= kSharedRegs, "a dv part fits the score registers");
+      static_assert(decltype(size(tOrPart))::value <= kSharedRegs, "a dv part fits the score registers");
       auto issue_part = [&](int part, int stage) {
         // (MMA, MMA_N, MMA_K) descriptors
         issue_pv_gemm(tiled_mma_pv_part, thr_mma_pv_part.partition_fragment_B(vt_part(part, stage)), tOrPart);
       };
-      for (int n_block = blocks.n_block_max - 1; n_block >= blocks.n_block_min; --n_block) {
+      for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
         float rescale[2];
         scores_of_block(n_block, rescale);
         pipeline_vt.consumer_wait(vt_state);
@@ -266,16 +264,13 @@ struct MainloopMma {
         pipeline_vt.consumer_release(vt_state);
         ++vt_state;
       }
-    };
-    // Schedule 2, overlapped: block n's Q K^T and block n+1's P V in flight together, the softmax of block n
-    // under that P V.
-    auto loop_overlapped = [&](auto const& blocks) __attribute__((always_inline)) {
+    } else {
       // First block: scores only.
-      int n_block = blocks.n_block_max - 1;
+      int n_block = range.n_block_max - 1;
       float rescale_prev[2];
       scores_of_block(n_block, rescale_prev);
 
-      for (--n_block; n_block >= blocks.n_block_min; --n_block) {
+      for (--n_block; n_block >= range.n_block_min; --n_block) {
         // QK^T of this block and P V of the previous one, in flight together.
         pipeline_k.consumer_wait(k_state);
         issue_qk(k_state.index());
@@ -301,12 +296,6 @@ struct MainloopMma {
       warpgroup_wait<0>();
       complete_pv_previous(vt_state.index(), rescale_prev);
       pipeline_vt.consumer_release(vt_state);
-    };
-
-    if constexpr (Traits::kPvAfterSoftmax) {
-      loop_pv_after_softmax(range);
-    } else {
-      loop_overlapped(range);
     }
   }
 };
