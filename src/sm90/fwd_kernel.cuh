@@ -4,7 +4,7 @@
 //   warpgroups 1..W  MMA: (the q16 kernels: Q's per-row quantization,) QK^T, softmax, PV, epilogue, 64 rows each
 //                    (setmaxnreg up); split dv (dv = 512): two on the same 64 rows, each with half of O's columns,
 //                    the first computing S and the softmax (mainloop_split_dv.cuh), or, for tiles of at most 8
-//                    rows, the first running the swapped-operand loop alone (mainloop_swapped.cuh)
+//                    rows, each running the swapped-operand loop on alternate KV blocks (mainloop_swapped.cuh)
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -63,12 +63,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   }
 
   // Barriers are initialised by warp 0 inside the pipeline constructors. Split dv: only the score warpgroup reads
-  // K, and with K = V the transpose warps read the K stage as V too (producer_load.cuh).
+  // K (with swapped operands the warpgroup whose block it is), and with K = V the transpose warps read the K stage as
+  // V too (producer_load.cuh).
   typename PipelineK::Params k_params;
   if constexpr (Traits::kSplitDv) {
-    k_params.role = is_producer ? PipelineK::ThreadCategory::ProducerConsumer
-                    : warpgroup == 1 ? PipelineK::ThreadCategory::Consumer
-                                     : PipelineK::ThreadCategory::NonParticipant;
+    k_params.role = is_producer                                  ? PipelineK::ThreadCategory::ProducerConsumer
+                    : warpgroup == 1 || args.swapped_operands ? PipelineK::ThreadCategory::Consumer
+                                                              : PipelineK::ThreadCategory::NonParticipant;
     k_params.num_consumers = 128 + (args.kv_shared ? Traits::kNumTransposeThreads : 0);
   } else {
     k_params.role = is_producer ? PipelineK::ThreadCategory::Producer : PipelineK::ThreadCategory::Consumer;
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   typename PipelineVt::Params vt_params;
   vt_params.role = is_producer ? PipelineVt::ThreadCategory::Producer : PipelineVt::ThreadCategory::Consumer;
   vt_params.producer_arv_count = Traits::kNumTransposeThreads;
-  // Split dv with swapped operands: only the first MMA warpgroup reads V^T.
+  // Split dv with swapped operands: each V^T stage is read by one MMA warpgroup, the one whose block it holds.
   vt_params.consumer_arv_count = Traits::kSplitDv && args.swapped_operands ? 128 : Traits::kNumMmaThreads;
   PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
 
@@ -176,10 +177,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
           using Swapped = MainloopSwapped<Traits>;
           typename Swapped::FragmentOt tOrOt;
           clear(tOrOt);
-          if (mma_thread < 128) {
-            if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
-            Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt);
-          }
+          if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
+          Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt);
           Swapped::to_row_layout(smem, mma_thread, tOrOt, softmax, tOrO);
         } else if (mma_thread < 128) {
           if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }

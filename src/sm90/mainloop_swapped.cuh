@@ -6,18 +6,20 @@
 //   S^T  = K Q^T   (M = 64 keys, N = 8 rows, K = d):  A = the K stage as loaded, B = Q's first 8 rows in sQ;
 //   O^T += V^T P^T (M = 512 dv in eight m64 tiles, N = 8, K = 64 keys): A = the V^T stage the transpose writes,
 //          B = P^T, which this warpgroup writes to shared memory (sPt) in V^T's key-slot order.
-// Each GEMM reads its 32 KB operand once per block (docs/design.md section 8 has the budget). One MMA warpgroup
-// (the first) runs the loop; O^T is 512 x 8 fp32, 32 registers per thread, two-level as everywhere (each block's
-// O^T starts from zero in a tile accumulator and is folded into O^T on the CUDA cores).
+// Each GEMM reads its 32 KB operand once per block (docs/design.md section 8 has the budget). O^T is 512 x 8 fp32,
+// 32 registers per thread, so each MMA warpgroup holds a whole one: the two warpgroups take alternate KV blocks
+// (block j from the end goes to warpgroup j % 2, which is also its pipeline stage: two stages), each with its own
+// O^T, row maxima, row sums and P^T buffer, and their results merge once after the loop. Two-level as everywhere:
+// each block's O^T starts from zero in a tile accumulator and is folded into O^T on the CUDA cores.
 //
 // The softmax runs along columns: a row's 64 scores of a block lie in one column of S^T, over the warpgroup's four
-// warps, so each block's row maximum crosses warps through shared memory (swapped_exchange) under a warpgroup
-// barrier. The row sums need no exchange per block: each thread keeps its share (rescaled like O) and the shares
+// warps, so each block's row maximum crosses warps through shared memory (the warpgroup's swapped_exchange) under a
+// warpgroup barrier. The row sums need no exchange per block: each thread keeps its share (rescaled like O) and the shares
 // are added once after the loop. The sum of P as rounded to E4M3 (what P V multiplied; softmax.cuh says why it
 // normalises O) is taken from the rounded bytes themselves.
 //
-// After the loop, to_row_layout() hands O, the row maxima and the row sums to both MMA warpgroups in the split-dv
-// row layout (each warpgroup half of O's columns, OnlineSoftmax per accumulator row), so the finalisation and the
+// After the loop, to_row_layout() merges the two warpgroups' O^T and row statistics (each scaled by exp2 of its row
+// maximum minus the larger one) into both MMA warpgroups' split-dv row layout (each warpgroup half of O's columns, OnlineSoftmax per accumulator row), so the finalisation and the
 // epilogue are the split-dv kernel's.
 //
 // A thread's S^T values (AccumulatorIndex, one n8 block): value c + 2h is key 16 * warp + lane / 4 + 8h of the block
@@ -64,10 +66,14 @@ struct MainloopSwapped {
                                                    Shape<Int<kHeadDimV>, Int<kBlockN>>{}));  // (DV, BLK_N)
   static_assert(cute::cosize_v<SmemLayoutVtStage> == Traits::kVtRows * kBlockN, "a V^T stage is dv rows");
 
-  // O staged as rows for to_row_layout (in sVLoad, free after the loop: every V tile has been transposed): a row
-  // of dv floats plus 4, so that the 4 rows a warp's store touches start in different banks.
-  static constexpr int kStageRowFloats = kHeadDimV + 4;
-  static_assert(kRows * kStageRowFloats * 4 <= int(sizeof(SharedStorage::smem_vload)), "staged O fits sVLoad");
+  // Each warpgroup's O staged as rows for to_row_layout, in sVLoad (free after the loop: every V tile has been
+  // transposed): [warpgroup][row][dv] fp32.
+  static constexpr int kStageRowFloats = kHeadDimV;
+  static constexpr int kStageFloats = kRows * kStageRowFloats;
+  static_assert(2 * kStageFloats * 4 <= int(sizeof(SharedStorage::smem_vload)), "both staged O^T fit sVLoad");
+  static constexpr int kPtBytes = int(cute::cosize_v<typename Traits::SmemLayoutPt>);
+  static_assert(2 * kPtBytes <= int(sizeof(SharedStorage::smem_p)) && kPtBytes % 512 == 0,
+                "each warpgroup's P^T in sP, on the 512-byte period of its swizzle");
 
   // O^T of the loop: (MMA, DV/64, 1) fp32, 32 registers per thread of the first MMA warpgroup.
   using FragmentOt = decltype(partition_fragment_C(TiledMmaOt{}, Shape<Int<kHeadDimV>, Int<kRows>>{}));
@@ -86,11 +92,11 @@ struct MainloopSwapped {
     }
   }
 
-  // Max (kMax) or sum of x over the 32 threads of the warpgroup that hold the same query row (lane % 4 and the
-  // four warps), through swapped_exchange; every thread gets the result. Two warpgroup barriers: the exchange is
-  // free again when this returns.
+  // Max (kMax) or sum of x over the 32 threads of warpgroup `wg` that hold the same query row (lane % 4 and the four
+  // warps), through its swapped_exchange; every thread gets the result. Two warpgroup barriers: the exchange is free
+  // again when this returns.
   template <bool kMax>
-  CUTE_DEVICE static void warpgroup_column_reduce(SharedStorage& smem, int thread, float (&x)[2]) {
+  CUTE_DEVICE static void warpgroup_column_reduce(SharedStorage& smem, int wg, int thread, float (&x)[2]) {
     CUTE_UNROLL
     for (int c = 0; c < 2; ++c) {
       CUTE_UNROLL
@@ -98,25 +104,28 @@ struct MainloopSwapped {
         const float other = __shfl_xor_sync(0xffffffff, x[c], lane_mask);
         x[c] = kMax ? fmaxf(x[c], other) : x[c] + other;
       }
-      if (thread % 32 < 4) { smem.swapped_exchange[thread / 32][query_row(thread, c)] = x[c]; }
+      if (thread % 32 < 4) { smem.swapped_exchange[wg][thread / 32][query_row(thread, c)] = x[c]; }
     }
-    cutlass::arch::NamedBarrier::sync(128, kSwappedWarpgroup);
+    warpgroup_named_sync<2, kSwappedWarpgroup0>(wg);
     CUTE_UNROLL
     for (int c = 0; c < 2; ++c) {
       const int row = query_row(thread, c);
-      const float* v = smem.swapped_exchange[0] + row;
+      const float* v = smem.swapped_exchange[wg][0] + row;
       constexpr int kWarpStride = kRows;
       x[c] = kMax ? fmaxf(fmaxf(v[0], v[kWarpStride]), fmaxf(v[2 * kWarpStride], v[3 * kWarpStride]))
                   : (v[0] + v[kWarpStride]) + (v[2 * kWarpStride] + v[3 * kWarpStride]);
     }
-    cutlass::arch::NamedBarrier::sync(128, kSwappedWarpgroup);
+    warpgroup_named_sync<2, kSwappedWarpgroup0>(wg);
   }
 
-  // The first MMA warpgroup (thread 0..127): the KV loop of one query tile; O^T, the row maxima and the row-sum
-  // shares stay in registers for to_row_layout. The range must not be empty.
+  // Each MMA warpgroup (mma_thread 0..255): its blocks of the KV loop of one query tile (range.n_block_max - 1 - wg,
+  // then every second one down); O^T, the row maxima and the row-sum shares stay in registers for to_row_layout. The
+  // range must not be empty; a one-block range leaves the second warpgroup without a block.
   CUTE_DEVICE static void run(SharedStorage& smem, PipelineK& pipeline_k, PipelineVt& pipeline_vt,
-                              const Mask<Traits::kBlockM, kBlockN>& mask, KvBlockRange range, int thread,
+                              const Mask<Traits::kBlockM, kBlockN>& mask, KvBlockRange range, int mma_thread,
                               OnlineSoftmax& softmax, FragmentOt& tOrOt) {
+    const int wg = mma_thread / 128;
+    const int thread = mma_thread % 128;
     TiledMmaSt tiled_mma_st;
     TiledMmaOt tiled_mma_ot;
     auto thr_mma_st = tiled_mma_st.get_thread_slice(thread);
@@ -124,7 +133,7 @@ struct MainloopSwapped {
 
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});          // (BLK_N, D, PIPE)
     Tensor sQRows = make_tensor(make_smem_ptr(smem.smem_q.data()), SmemLayoutQRows{});                    // (ROWS, D)
-    Tensor sPt = make_tensor(make_smem_ptr(smem.smem_p.data()), typename Traits::SmemLayoutPt{});         // (ROWS, BLK_N)
+    Tensor sPt = make_tensor(make_smem_ptr(smem.smem_p.data() + wg * kPtBytes), typename Traits::SmemLayoutPt{});  // (ROWS, BLK_N)
     Tensor tSrK = thr_mma_st.partition_fragment_A(sK);      // (MMA, MMA_M, MMA_K, PIPE) descriptors
     Tensor tSrQ = thr_mma_st.partition_fragment_B(sQRows);  // (MMA, MMA_N, MMA_K) descriptors
     Tensor tOrPt = thr_mma_ot.partition_fragment_B(sPt);    // (MMA, MMA_N, MMA_K) descriptors
@@ -180,7 +189,7 @@ struct MainloopSwapped {
       }
       float block_max[2] = {fmaxf(tStS(Acc::of(0, 0, 0)), tStS(Acc::of(0, 1, 0))),
                             fmaxf(tStS(Acc::of(1, 0, 0)), tStS(Acc::of(1, 1, 0)))};
-      warpgroup_column_reduce</*kMax=*/true>(smem, thread, block_max);
+      warpgroup_column_reduce</*kMax=*/true>(smem, wg, thread, block_max);
       CUTE_UNROLL
       for (int c = 0; c < 2; ++c) {
         const float scale = softmax.row_scale_log2(q_scale, c);
@@ -203,18 +212,21 @@ struct MainloopSwapped {
         }
       }
       cutlass::arch::fence_view_async_shared();  // the WGMMA reads sPt through the async proxy
-      cutlass::arch::NamedBarrier::sync(128, kSwappedWarpgroup);
+      warpgroup_named_sync<2, kSwappedWarpgroup0>(wg);
     };
 
-    PipelineState k_state;
-    PipelineState vt_state;
-    int n_block = range.n_block_max - 1;
+    // Block j from the end sits in stage j % 2 of both pipelines: this warpgroup's blocks in stage wg.
+    static_assert(Traits::kStages == 2, "one pipeline stage per warpgroup");
+    PipelineState k_state(wg, 0, 0);
+    PipelineState vt_state(wg, 0, 0);
+    int n_block = range.n_block_max - 1 - wg;
+    if (n_block < range.n_block_min) { return; }
     pipeline_k.consumer_wait(k_state);
     issue_st(k_state.index());
     warpgroup_wait<0>();
     warpgroup_fence_operand(tStS);
     pipeline_k.consumer_release(k_state);
-    ++k_state;
+    k_state.advance(2);
     // O^T += this block's tile, once its GEMM has completed.
     auto fold = [&](const float (&rescale)[2]) {
       warpgroup_fence_operand(tOrOtTile);
@@ -226,7 +238,7 @@ struct MainloopSwapped {
     // Every block but the last: its O^T tile and the next block's S^T (S^T is free once P^T is in sPt) in flight
     // together. (The last block is peeled off: a wait depth chosen by a branch inside the loop made ptxas serialize
     // the WGMMAs, C7518.)
-    for (; n_block > range.n_block_min; --n_block) {
+    for (; n_block - 2 >= range.n_block_min; n_block -= 2) {
       float rescale[2];
       scores_to_pt(n_block, rescale);
       pipeline_vt.consumer_wait(vt_state);
@@ -235,12 +247,12 @@ struct MainloopSwapped {
       issue_st(k_state.index());
       warpgroup_wait<1>();  // the O^T tile is done; S^T still running
       pipeline_vt.consumer_release(vt_state);
-      ++vt_state;
+      vt_state.advance(2);
       fold(rescale);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tStS);
       pipeline_k.consumer_release(k_state);
-      ++k_state;
+      k_state.advance(2);
     }
     float rescale[2];
     scores_to_pt(n_block, rescale);
@@ -251,48 +263,63 @@ struct MainloopSwapped {
     fold(rescale);
   }
 
-  // Both MMA warpgroups, after the loop (only where it ran; mma_thread 0..255): O^T, the row maxima and the row sums
-  // of the first warpgroup (`tOrOt`, `softmax`) become each warpgroup's half of O and OnlineSoftmax per accumulator
-  // row, rows past kRows empty, as the split-dv loop leaves them.
+  // Both MMA warpgroups, after the loop (only where it ran; mma_thread 0..255): the two warpgroups' O^T, row maxima and
+  // row sums (`tOrOt`, `softmax`) merge into each warpgroup's half of O and OnlineSoftmax per accumulator row, rows
+  // past kRows empty, as the split-dv loop leaves them. Each warpgroup's share is scaled by exp2 of (its row maximum -
+  // the larger one) x the row's exponent scale: 0 for a warpgroup that saw no visible key of the row (or no block).
   template <class FragmentO>
   CUTE_DEVICE static void to_row_layout(SharedStorage& smem, int mma_thread, FragmentOt const& tOrOt,
                                         OnlineSoftmax& softmax, FragmentO& tOrO) {
-    float* o_stage = reinterpret_cast<float*>(smem.smem_vload.data());  // [ROWS][kStageRowFloats]
-    if (mma_thread < 128) {
-      const int thread = mma_thread;
+    const int wg = mma_thread / 128;
+    const int thread = mma_thread % 128;
+    float* o_stage = reinterpret_cast<float*>(smem.smem_vload.data());  // [2][ROWS][kStageRowFloats]
+    {
       float sums[2] = {softmax.row_sum[0], softmax.row_sum[1]};
       float pv_sums[2] = {softmax.pv_sum[0], softmax.pv_sum[1]};
-      warpgroup_column_reduce</*kMax=*/false>(smem, thread, sums);
-      warpgroup_column_reduce</*kMax=*/false>(smem, thread, pv_sums);
+      warpgroup_column_reduce</*kMax=*/false>(smem, wg, thread, sums);
+      warpgroup_column_reduce</*kMax=*/false>(smem, wg, thread, pv_sums);
       if (thread < 4) {
         CUTE_UNROLL
         for (int c = 0; c < 2; ++c) {
           const int row = query_row(thread, c);
-          smem.swapped_row_stats[0][row] = softmax.row_max[c];
-          smem.swapped_row_stats[1][row] = sums[c];
-          smem.swapped_row_stats[2][row] = pv_sums[c];
+          smem.swapped_row_stats[wg][0][row] = softmax.row_max[c];
+          smem.swapped_row_stats[wg][1][row] = sums[c];
+          smem.swapped_row_stats[wg][2][row] = pv_sums[c];
         }
       }
       // O^T value i: dv row 64 * (i / 4) + key-row of the m64 tile's accumulator, query row (column) c.
       CUTE_UNROLL
       for (int i = 0; i < size(tOrOt); ++i) {
         const int dv = 64 * (i / AccumulatorIndex::kValuesPerBlock) + block_key(thread, AccumulatorIndex::row_half(i));
-        o_stage[query_row(thread, AccumulatorIndex::column(i)) * kStageRowFloats + dv] = tOrOt(i);
+        o_stage[wg * kStageFloats + query_row(thread, AccumulatorIndex::column(i)) * kStageRowFloats + dv] = tOrOt(i);
       }
     }
     barrier_sync_unaligned<cutlass::arch::NamedBarrier::ReservedNamedBarrierCount + kSplitDvPFull, 256>();
 
-    const int thread = mma_thread % 128;
-    const int col0 = (mma_thread / 128) * Traits::kHeadDimVPerWarpgroup;
+    const auto q_scale = q_row_scale_of<Traits>(smem);
+    float share[2][2];  // [row half][warpgroup]: the factor of each warpgroup's O^T and sums
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       const int row = accumulator_row(thread, h);
-      const bool real = row < kRows;
-      softmax.row_max[h] = real ? smem.swapped_row_stats[0][row] : -INFINITY;
-      // finalize() adds the row sum over the row's quad: one share holds all of it.
-      softmax.row_sum[h] = real && thread % 4 == 0 ? smem.swapped_row_stats[1][row] : 0.f;
-      softmax.pv_sum[h] = real ? smem.swapped_row_stats[2][row] : 0.f;
+      if (row < kRows) {
+        const float max0 = smem.swapped_row_stats[0][0][row], max1 = smem.swapped_row_stats[1][0][row];
+        const float new_max = fmaxf(max0, max1);
+        const float max_ref = new_max == -INFINITY ? 0.f : new_max;  // no -inf - -inf = NaN for an empty row
+        const float scale = softmax.row_scale_log2(q_scale, h);
+        share[h][0] = exp2_approx((max0 - max_ref) * scale);
+        share[h][1] = exp2_approx((max1 - max_ref) * scale);
+        const float row_sum = share[h][0] * smem.swapped_row_stats[0][1][row] + share[h][1] * smem.swapped_row_stats[1][1][row];
+        softmax.row_max[h] = new_max;
+        // finalize() adds the row sum over the row's quad: one share holds all of it.
+        softmax.row_sum[h] = thread % 4 == 0 ? row_sum : 0.f;
+        softmax.pv_sum[h] = share[h][0] * smem.swapped_row_stats[0][2][row] + share[h][1] * smem.swapped_row_stats[1][2][row];
+      } else {
+        share[h][0] = share[h][1] = 0.f;
+        softmax.row_max[h] = -INFINITY;
+        softmax.row_sum[h] = softmax.pv_sum[h] = 0.f;
+      }
     }
+    const int col0 = wg * Traits::kHeadDimVPerWarpgroup;
     typename Traits::TiledMmaPV tiled_mma_pv;
     Tensor cO = make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDimVPerWarpgroup>>{});  // (BLK_M, DV/2) -> (row, col)
     Tensor tOcO = tiled_mma_pv.get_thread_slice(thread).partition_C(cO);  // (MMA, MMA_M, DV/2/kPvChunk) -> (row, col)
@@ -300,7 +327,9 @@ struct MainloopSwapped {
     CUTE_UNROLL
     for (int i = 0; i < size(tOrO); ++i) {
       const int row = int(get<0>(tOcO(i)));
-      tOrO(i) = row < kRows ? o_stage[row * kStageRowFloats + col0 + int(get<1>(tOcO(i)))] : 0.f;
+      const int at = row * kStageRowFloats + col0 + int(get<1>(tOcO(i)));
+      const int h = AccumulatorIndex::row_half(i);
+      tOrO(i) = row < kRows ? share[h][0] * o_stage[at] + share[h][1] * o_stage[kStageFloats + at] : 0.f;
     }
   }
 };
