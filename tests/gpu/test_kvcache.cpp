@@ -540,20 +540,64 @@ std::vector<NamedCase> shared_kv_cases() {
   return cases;
 }
 
+// d512 decode at every row count a tile can have around the swapped-operand bound (kSwappedRows = 8 rows per KV head:
+// 1, 4 and 8 q heads per KV head, one token; 16 rows: 8 heads x 2 tokens, and 16 heads), over ranges of 1 to 4 KV
+// blocks of 64 keys (one block, a full and a one-key second block, three, four), each split exactly 1 and 3 ways so
+// that splits end with 0, 1 or 2 blocks, with K and V as separate tensors (V through its load buffer) and as one
+// tensor (K = V), an E4M3 and a bf16 q, 64- and 16-token pages.
+std::vector<NamedCase> d512_decode_cases() {
+  std::vector<NamedCase> cases;
+  uint64_t seed = 60000;
+  struct Rows {
+    const char* name;
+    int heads_q, heads_kv, tokens;
+  };
+  constexpr Rows kRowsPerTile[] = {{"rows1", 2, 2, 1}, {"rows4", 8, 2, 1}, {"rows8", 8, 1, 1},
+                                   {"rows16_specdec2", 8, 1, 2}, {"rows16", 16, 1, 1}};
+  int i = 0;
+  for (const Rows& rows : kRowsPerTile) {
+    for (int splits : {1, 3}) {
+      for (bool kv_shared : {false, true}) {
+        const int page = (i / 2) % 2 ? 16 : 64;
+        const bool bf16_q = (i + i / 2) % 2 == 1;
+        Case c = paged_case(512, 512, rows.heads_q, rows.heads_kv, page, std::vector<int>(5, rows.tokens),
+                            {64, 65, 1, 192 + i % 3, 256}, seed++);
+        set_vllm_decode(&c);
+        c.kv_shared = kv_shared;
+        c.num_splits = splits;
+        if (bf16_q) {
+          c.q_dtype = FP8ATTN_DTYPE_BF16;
+          c.descale_q = DescaleForm::kNone;
+          c.out_dtype = FP8ATTN_DTYPE_BF16;
+        }
+        cases.push_back({std::string("d512_decode_") + rows.name + "_splits" + std::to_string(splits) +
+                             (kv_shared ? "_kv_shared" : "_kv_separate") + "_page" + std::to_string(page) +
+                             (bf16_q ? "_bf16_q" : "_e4m3_q"),
+                         c});
+        ++i;
+      }
+    }
+  }
+  return cases;
+}
+
 class KvCacheMatrix : public NamedCaseTest {};
 class KvCacheEdgeCases : public NamedCaseTest {};
 class KvCacheSixteenBitQ : public NamedCaseTest {};
 class KvCacheSharedKv : public NamedCaseTest {};
+class KvCacheD512Decode : public NamedCaseTest {};
 
 TEST_P(KvCacheMatrix, MatchesReference) { Check(); }
 TEST_P(KvCacheEdgeCases, MatchesReference) { Check(); }
 TEST_P(KvCacheSixteenBitQ, MatchesReference) { Check(); }
 TEST_P(KvCacheSharedKv, MatchesReference) { Check(); }
+TEST_P(KvCacheD512Decode, MatchesReference) { Check(); }
 
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheMatrix, ::testing::ValuesIn(matrix_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheEdgeCases, ::testing::ValuesIn(edge_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheSixteenBitQ, ::testing::ValuesIn(sixteen_bit_q_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheSharedKv, ::testing::ValuesIn(shared_kv_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(KvCache, KvCacheD512Decode, ::testing::ValuesIn(d512_decode_cases()), case_name);
 
 }  // namespace
 }  // namespace fp8attn_test
