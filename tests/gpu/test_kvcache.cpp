@@ -540,11 +540,11 @@ std::vector<NamedCase> shared_kv_cases() {
   return cases;
 }
 
-// d512 decode at every row count a tile can have around the swapped-operand bound (kSwappedRows = 8 rows per KV head:
-// 1, 4 and 8 q heads per KV head, one token; 16 rows: 8 heads x 2 tokens, and 16 heads), over ranges of 1 to 4 KV
-// blocks of 64 keys (one block, a full and a one-key second block, three, four), each split exactly 1 and 3 ways so
-// that splits end with 0, 1 or 2 blocks, with K and V as separate tensors (V through its load buffer) and as one
-// tensor (K = V), an E4M3 and a bf16 q, 64- and 16-token pages.
+// d512 decode at every row count a tile can have around the 8 rows per tile of the swapped-operand experiments
+// (4978c12, 07fc6f7; not on main): 1, 4 and 8 q heads per KV head, one token; 16 rows: 8 heads x 2 tokens, and 16
+// heads. Over ranges of 1 to 4 KV blocks of 64 keys (one block, a full and a one-key second block, three, four), each
+// split exactly 1 and 3 ways so that splits end with 0, 1 or 2 blocks, with K and V as separate tensors (V through its
+// load buffer) and as one tensor (K = V), an E4M3 and a bf16 q, 64- and 16-token pages.
 std::vector<NamedCase> d512_decode_cases() {
   std::vector<NamedCase> cases;
   uint64_t seed = 60000;
