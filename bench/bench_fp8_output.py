@@ -220,7 +220,7 @@ def softcap_rows(args: argparse.Namespace, flush: bc.L2Flush, device: torch.devi
                      "cost_pct": 100 * (us50 / us0 - 1)})
         print(f"{rows[-1]['name']}: softcap 0 {us0:.2f} us, 50 {us50:.2f} us ({rows[-1]['cost_pct']:+.1f}%)")
         del layers
-    for d in (d for d in (64, 128, 256) if d in args.head_dims):
+    for d in sorted({64, 128, 256} & set(args.head_dims)):
         for seqlen, causal in ((1024, True), (4096, False), (16384, False)):
             heads, batch = 2048 // d, PREFILL_TOKENS // seqlen
             inputs = [tuple(torch.randn(batch, seqlen, heads, d, device=device).to(E4M3) for _ in range(3))
