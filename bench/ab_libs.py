@@ -5,14 +5,17 @@ alternated over rounds (so that clock and thermal drift falls on all of them ali
         --rounds 2 --out-dir $OUT/ab -- prefill --d 64 128 --seqlens 1024 16384
     python bench/ab_libs.py --lib ... -- decode --shapes llama3.1-8b-tp1-1x1-4k
     python bench/ab_libs.py --lib ... -- d512 --skip-prefill
+    python bench/ab_libs.py --lib ... --python old=old/python -- host --calls 1000
+
+(host: each library's directory needs its libfp8attn_torch.so, scripts/build_torch_op.sh BUILD_DIR.)
 
 A library built at a commit of another C ABI needs that commit's Python package: ``--python NAME=DIR`` runs that
 library's benchmark with the package in DIR (e.g. ``git archive <commit> python src/kernels.list | tar -x -C old``,
 then old/python; bench_common.py reads it from FP8ATTN_PACKAGE_DIR).
 
-Everything after `--` names the benchmark (prefill, decode or d512) and its arguments; `--ours-only` and `--out-dir`
-are added. Each round's JSON lands in OUT_DIR/<lib>_<round>/; the table printed last has, per row, the median
-over rounds of each library's result and its change against the first library. A row's spread over rounds
+Everything after `--` names the benchmark (prefill, decode, d512 or host) and its arguments; `--ours-only` and
+`--out-dir` are added. Each round's JSON lands in OUT_DIR/<lib>_<round>/; the table printed last has, per row, the
+median over rounds of each library's result and its change against the first library. A row's spread over rounds
 (max/min - 1, per library) is printed too: a change smaller than it is noise (docs/timing.md).
 """
 
@@ -31,7 +34,8 @@ import bench_common as bc
 # script, its JSON, the key of its rows there
 BENCH = {"prefill": ("bench_prefill.py", "prefill.json", "rows"),
          "decode": ("bench_decode.py", "decode.json", "shapes"),
-         "d512": ("bench_d512.py", "d512.json", "rows")}
+         "d512": ("bench_d512.py", "d512.json", "rows"),
+         "host": ("bench_host.py", "host_overhead.json", "shapes")}
 
 
 def is_prefill_row(kind: str, row: dict) -> bool:
@@ -45,7 +49,10 @@ def row_key(kind: str, row: dict) -> str:
 
 
 def row_metric(kind: str, row: dict) -> tuple[str, float, bool]:
-    """(name, value, whether higher is better) of a row: TFLOP/s for prefill rows, microseconds for decode ones."""
+    """(name, value, whether higher is better) of a row: TFLOP/s for prefill rows, microseconds for decode ones,
+    host microseconds per eager call for host ones."""
+    if kind == "host":
+        return ("eager_us", row["eager_us"], False)
     return ("tflops", row["tflops"], True) if is_prefill_row(kind, row) else ("us", row["us"], False)
 
 
@@ -60,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     bench_args = args.bench[1:] if args.bench[:1] == ["--"] else args.bench
     if not bench_args or bench_args[0] not in BENCH:
-        parser.error("name the benchmark after --: prefill, decode or d512")
+        parser.error("name the benchmark after --: prefill, decode, d512 or host")
     kind, extra = bench_args[0], bench_args[1:]
     script, out_name, rows_key = BENCH[kind]
     libs = dict(spec.split("=", 1) for spec in args.lib)

@@ -9,13 +9,14 @@ paid per layer and step. For each shape:
                 kept in eager_us_runs). Calls run back to back without waiting for
                 the GPU (the stream is synchronized every --sync-every calls, outside the timing, so the
                 launch queue never fills): the time is the host's alone.
-  op_us         the same for ``torch.ops.fp8attn.fwd.default`` called directly (the op without the Python
-                wrapper's argument handling).
+  op_us         the same for the op's entry point that the wrapper calls (``fp8attn.interface._FWD_EAGER``,
+                the C++ function behind ``torch.ops.fp8attn.fwd.default``) called directly: the op without the
+                Python wrapper's argument handling.
   gpu_us        the call's GPU time: one call captured in a CUDA graph, median replay (warm L2).
   fa3_eager_us  eager_us of FA3's ``flash_attn_with_kvcache`` (decode) / ``flash_attn_varlen_func`` (prefill)
                 on the same FP8 tensors, or null when FA3 does not import or fails.
 
-    python bench/bench_host.py [--calls 2000] [--repeats 3] [--shapes llama3.1-8b-tp1-1x1-4k ...]
+    python bench/bench_host.py [--calls 2000] [--repeats 3] [--shapes llama3.1-8b-tp1-1x1-4k ...] [--ours-only]
 
 Writes bench/results/host_overhead.json ({"shapes": [{"name", "eager_us", "gpu_us", "fa3_eager_us", ...}]})
 and prints a table. ``backend`` records which torch op served the calls ("compiled": the C++ stable-ABI op;
@@ -36,12 +37,14 @@ import torch
 import bench_common as bc
 import bench_decode as bd
 import fp8attn
-from fp8attn import _args, ops
+from fp8attn import _args, interface, ops
 
 E4M3 = torch.float8_e4m3fn
 # One vLLM-style prefill: 4 requests of 2048 new tokens each, llama3.1-8b heads (32:8, d128), causal.
 PREFILL = {"name": "prefill-llama3.1-8b-4x2048", "q_heads": 32, "kv_heads": 8, "d": 128, "requests": 4,
            "tokens": 2048}
+# What the wrapper calls, for op_us; a package older than 2026-12-05 called the OpOverload itself.
+OP_ENTRY = getattr(interface, "_FWD_EAGER", ops.FWD)
 
 
 def host_us(fn: Callable[[], Any], calls: int, sync_every: int, warmup: int = 50) -> float:
@@ -71,7 +74,8 @@ def result_row(name: str, eager: float, op: float, gpu: float, fa3: Optional[flo
             "fa3_eager_us": None if fa3 is None else round(fa3, 2)}
 
 
-def decode_calls(shape: dict[str, Any], device: torch.device) -> tuple[Callable, Callable, Optional[Callable]]:
+def decode_calls(shape: dict[str, Any], device: torch.device,
+                 with_fa3: bool) -> tuple[Callable, Callable, Optional[Callable]]:
     """(wrapper call, direct op call, FA3 call or None) for one decode shape of decode_shapes.json."""
     layer = bd.make_layer(shape, device)
     requests, q_tokens = shape["requests"], shape["q_tokens"]
@@ -91,12 +95,12 @@ def decode_calls(shape: dict[str, Any], device: torch.device) -> tuple[Callable,
     op_args = (layer.q, layer.k, layer.v, layer.out, None, cu_q, None, used, layer.block_table, qs, ks, vs, None,
                q_tokens, bd.MAX_SEQLEN_K, scale, True, window_left, window_right, 0, None, 0.0)
     fa3 = None
-    if bc.importable("flash_attn_interface"):
+    if with_fa3 and bc.importable("flash_attn_interface"):
         fa3 = bd.fa3_fp8(shape, [layer])[0]
-    return wrapper, (lambda: ops.FWD(*op_args)), fa3
+    return wrapper, (lambda: OP_ENTRY(*op_args)), fa3
 
 
-def prefill_calls(device: torch.device) -> tuple[Callable, Callable, Optional[Callable]]:
+def prefill_calls(device: torch.device, with_fa3: bool) -> tuple[Callable, Callable, Optional[Callable]]:
     """The same three calls for the PREFILL varlen call (k/v packed like q: cu_seqlens_k)."""
     s = PREFILL
     total = s["requests"] * s["tokens"]
@@ -117,14 +121,14 @@ def prefill_calls(device: torch.device) -> tuple[Callable, Callable, Optional[Ca
     op_args = (q, k, v, out, None, cu, cu, None, None, descale, descale, descale, None, s["tokens"], s["tokens"],
                scale, True, -1, 0, 0, None, 0.0)
     fa3 = None
-    if bc.importable("flash_attn_interface"):
+    if with_fa3 and bc.importable("flash_attn_interface"):
         import flash_attn_interface as fa
 
         fa_descale = descale.contiguous()
         fa3 = lambda: fa.flash_attn_varlen_func(  # noqa: E731
             q, k, v, cu, cu, s["tokens"], s["tokens"], softmax_scale=scale, causal=True, q_descale=fa_descale,
             k_descale=fa_descale, v_descale=fa_descale)
-    return wrapper, (lambda: ops.FWD(*op_args)), fa3
+    return wrapper, (lambda: OP_ENTRY(*op_args)), fa3
 
 
 def measure(name: str, calls: tuple[Callable, Callable, Optional[Callable]], args: argparse.Namespace) -> dict:
@@ -151,6 +155,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each timing per shape (the row is their median)")
     parser.add_argument("--sync-every", type=int, default=100, help="calls between stream synchronizations")
     parser.add_argument("--shapes", nargs="+", help="only these decode shape names (the prefill call always runs)")
+    parser.add_argument("--ours-only", action="store_true", help="skip FA3 (bench/ab_libs.py passes it)")
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
     args = parser.parse_args()
 
@@ -161,9 +166,9 @@ def main() -> None:
 
     rows = []
     for shape in shapes:
-        rows.append(measure(shape["name"], decode_calls(shape, device), args))
+        rows.append(measure(shape["name"], decode_calls(shape, device, not args.ours_only), args))
         torch.cuda.empty_cache()
-    rows.append(measure(PREFILL["name"], prefill_calls(device), args))
+    rows.append(measure(PREFILL["name"], prefill_calls(device, not args.ours_only), args))
 
     meta = bc.run_metadata()
     bc.write_json(args.out_dir / "host_overhead.json", {

@@ -94,6 +94,6 @@ def resolve_out_dtype(out_dtype: Any, given_out_dtype: Any, q_dtype: Any, sixtee
     return given_out_dtype
 
 
-def default_softmax_scale(softmax_scale: Optional[float], head_dim: int) -> float:
-    """FlashAttention's default: head_dim ** -0.5 when softmax_scale is None."""
-    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+def default_softmax_scale(head_dim: int) -> float:
+    """FlashAttention's softmax_scale when the caller passes None: head_dim ** -0.5."""
+    return 1.0 / math.sqrt(head_dim)

@@ -43,18 +43,22 @@ def _in_callers_words(message: str, function: str, spelling: dict[str, str]) -> 
     return f"fp8attn.{function}: {message}"
 
 
-# The eager path costs host time on every layer of every step, so _call reads each tensor attribute once and
-# calls no helper where an expression does (bench/bench_host.py measures it; docs/perf.md, "Host path").
+# The eager path costs host time on every layer of every step (bench/bench_host.py measures it; docs/perf.md,
+# "Host path"). So _call takes its arguments by position (16 keywords cost ~0.7 us more to bind), reads each
+# tensor attribute once, calls no helper where an expression does, and calls the op's C++ entry point directly
+# (the OpOverload's __call__ is one more Python frame that forwards *args: ~0.3 us).
+_FWD_EAGER = getattr(_FWD, "_op", _FWD)
 
 
 def _call(
-    function: str, spelling: dict[str, str], q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor],
-    out_dtype: Optional[torch.dtype], return_lse: bool, *, cu_seqlens_q: Optional[Tensor],
+    function: str, spelling: dict[str, str], return_lse: bool, out_dtype: Optional[torch.dtype],
+    window_size: Optional[Sequence[int]],
+    # The op's arguments, in its order (ops.py's schema), but lse and the window's two sides:
+    q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
     cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], block_table: Optional[Tensor],
     q_descale: Optional[Tensor], k_descale: Optional[Tensor], v_descale: Optional[Tensor], s_aux: Optional[Tensor],
-    max_seqlen_q: int,
-    max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_size: Optional[Sequence[int]],
-    num_splits: int, output_scale: Optional[Tensor], softcap: Optional[float],
+    max_seqlen_q: int, max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, num_splits: int,
+    output_scale: Optional[Tensor], softcap: Optional[float], /,
 ) -> Result:
     """Allocates out/lse when needed, runs the op, returns out or (out, lse). The op and the library check the
     call; a refusal is raised in the words of ``function`` (see ``_in_callers_words``)."""
@@ -75,15 +79,16 @@ def _call(
         out = q.new_empty(ops.expected_out_shape(q, v), dtype=dtype)
     lse = q.new_empty(ops.expected_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32) if return_lse else None
     window_left, window_right = _args.normalize_window(window_size, causal)
+    scale = _args.default_softmax_scale(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
-            s_aux, max_seqlen_q, max_seqlen_k, _args.default_softmax_scale(softmax_scale, q.shape[-1]),
-            bool(causal), window_left, window_right, num_splits, output_scale, float(softcap or 0.0))
+            s_aux, max_seqlen_q, max_seqlen_k, scale, bool(causal), window_left, window_right, num_splits,
+            output_scale, float(softcap or 0.0))
     if torch.compiler.is_compiling():  # traced: the library runs later, at replay
         _FWD(*args)
         return (out, lse) if return_lse else out
     try:
         try:
-            _FWD(*args)
+            _FWD_EAGER(*args)
         except RuntimeError as err:
             ops.reraise(err)  # the compiled op's refusals, as the exception types the ctypes op raises
     except (ValueError, NotImplementedError) as err:
@@ -186,11 +191,9 @@ def flash_attn_varlen_func(
             aux_tensor_leading_dims=aux_tensor_leading_dims, dynamic_causal=dynamic_causal,
             gather_kv_indices=gather_kv_indices, gather_kv_valid_length=gather_kv_valid_length)
     return _call(
-        "flash_attn_varlen_func", {}, q, k, v, out, out_dtype, return_softmax_lse,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=block_table,
-        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-        num_splits=num_splits, output_scale=output_scale, softcap=softcap)
+        "flash_attn_varlen_func", {}, return_softmax_lse, out_dtype, window_size,
+        q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale, s_aux,
+        max_seqlen_q, max_seqlen_k, softmax_scale, causal, num_splits, output_scale, softcap)
 
 
 def flash_attn_with_kvcache(
@@ -237,11 +240,9 @@ def flash_attn_with_kvcache(
     else:
         max_seqlen_k = k_cache.shape[1]
     return _call(
-        "flash_attn_with_kvcache", _KVCACHE_SPELLING, q, k_cache, v_cache, out, out_dtype, return_softmax_lse,
-        cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=cache_seqlens, block_table=block_table,
-        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1],
-        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-        num_splits=num_splits, output_scale=output_scale, softcap=softcap)
+        "flash_attn_with_kvcache", _KVCACHE_SPELLING, return_softmax_lse, out_dtype, window_size,
+        q, k_cache, v_cache, out, None, None, cache_seqlens, block_table, q_descale, k_descale, v_descale, s_aux,
+        q.shape[1], max_seqlen_k, softmax_scale, causal, num_splits, output_scale, softcap)
 
 
 def flash_attn_func(
@@ -268,8 +269,6 @@ def flash_attn_func(
     :func:`flash_attn_varlen_func`.
     """
     return _call(
-        "flash_attn_func", {}, q, k, v, out, out_dtype, return_softmax_lse,
-        cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, block_table=None, q_descale=q_descale,
-        k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1],
-        softmax_scale=softmax_scale, causal=causal, window_size=window_size, num_splits=num_splits,
-        output_scale=output_scale, softcap=softcap)
+        "flash_attn_func", {}, return_softmax_lse, out_dtype, window_size,
+        q, k, v, out, None, None, None, None, q_descale, k_descale, v_descale, s_aux,
+        q.shape[1], k.shape[1], softmax_scale, causal, num_splits, output_scale, softcap)

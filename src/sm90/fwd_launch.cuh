@@ -4,6 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <atomic>
+
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
 
@@ -162,13 +165,25 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
 
   auto kernel = fwd_kernel<Traits, Params>;
   constexpr int kSmemBytes = Traits::kSmemBytes;
-  // Per call rather than once: the attribute belongs to the current device (and does not survive a device reset);
-  // ~0.4 us of host time.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  // The opt-in to kSmemBytes of dynamic shared memory belongs to the device's context: set once per device
+  // (it costs ~0.4 us of host time per call, docs/perf.md "Host path"). A device reset clears it, so a
+  // failed launch forgets the flag and the next call sets it again.
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) { return err; }
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<bool>, kMaxDevices> smem_opted_in{};
+  std::atomic<bool>* opted_in = device < kMaxDevices ? &smem_opted_in[device] : nullptr;
+  if (opted_in == nullptr || !opted_in->load(std::memory_order_acquire)) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (err != cudaSuccess) { return err; }
+    if (opted_in != nullptr) { opted_in->store(true, std::memory_order_release); }
+  }
   const dim3 grid(config.grid_x, config.grid_y, config.grid_z);
   kernel<<<grid, Traits::kNumThreads, kSmemBytes, stream>>>(params);
-  return cudaGetLastError();
+  err = cudaGetLastError();
+  if (err != cudaSuccess && opted_in != nullptr) { opted_in->store(false, std::memory_order_release); }
+  return err;
 }
 
 }  // namespace fp8attn::sm90

@@ -79,5 +79,4 @@ def test_resolve_out_dtype_16bit_out_of_the_other_type_needs_out_dtype(q_dtype: 
 
 
 def test_default_softmax_scale() -> None:
-    assert _args.default_softmax_scale(None, 128) == pytest.approx(1 / math.sqrt(128))
-    assert _args.default_softmax_scale(0.5, 128) == 0.5
+    assert _args.default_softmax_scale(128) == pytest.approx(1 / math.sqrt(128))

@@ -317,3 +317,67 @@ def test_fake_16bit_out_of_the_other_16bit_dtype_is_named(q_dtype: Any, out_dtyp
         assert _vllm_call(a, out_dtype=out_dtype) is a["out"]  # said explicitly: written as asked
         a["out"] = torch.empty(T, HQ, D, dtype=E4M3, device="cuda")  # the fused FP8 output is never a mix-up
         assert _vllm_call(a, output_scale=torch.empty((), device="cuda")) is a["out"]
+
+
+def _recorded_op_args(monkeypatch: pytest.MonkeyPatch, call: Any) -> tuple:
+    """The positional arguments the eager path hands the op when ``call()`` runs (the op itself is not run)."""
+    recorded: list[tuple] = []
+    monkeypatch.setattr(fp8attn.interface, "_FWD_EAGER", lambda *args: recorded.append(args))
+    call()
+    assert len(recorded) == 1
+    return recorded[0]
+
+
+def _same_op_args(got: tuple, expected: tuple) -> bool:
+    # Tensors by identity (each argument below is a distinct tensor), everything else by value and type.
+    return len(got) == len(expected) and all(
+        g is e if isinstance(e, torch.Tensor) else (type(g) is type(e) and g == e) for g, e in zip(got, expected))
+
+
+def test_each_entry_point_routes_every_argument_to_its_op_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    # _call takes its arguments by position; a swapped pair of same-typed arguments (k/v descale, the two
+    # max_seqlens) would pass every shape check, so each one gets a distinct value and its slot is checked.
+    def meta(*shape: int, dtype: Any = torch.float32) -> Any:
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    a = vllm_decode_args("meta")
+    q_descale, k_descale, v_descale = meta(B, HKV), meta(B, HKV), meta(B, HKV)
+    output_scale = meta()
+    out = meta(T, HQ, D, dtype=E4M3)
+    got = _recorded_op_args(monkeypatch, lambda: fp8attn.flash_attn_varlen_func(
+        q=a["q"], k=a["k"], v=a["v"], out=out, cu_seqlens_q=a["cu_seqlens_q"], max_seqlen_q=3,
+        seqused_k=a["seqused_k"], max_seqlen_k=4000, softmax_scale=0.25, causal=True, window_size=(100, 7),
+        block_table=a["block_table"], softcap=30.0, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+        num_splits=5, s_aux=a["s_aux"], output_scale=output_scale))
+    assert _same_op_args(got, (
+        a["q"], a["k"], a["v"], out, None, a["cu_seqlens_q"], None, a["seqused_k"], a["block_table"], q_descale,
+        k_descale, v_descale, a["s_aux"], 3, 4000, 0.25, True, 100, 0, 5, output_scale, 30.0)), got
+
+    cu_k = meta(B + 1, dtype=torch.int32)
+    got = _recorded_op_args(monkeypatch, lambda: fp8attn.flash_attn_varlen_func(
+        a["q"], a["k"], a["v"], 2, a["cu_seqlens_q"], 900, cu_k, return_softmax_lse=True, out=a["out"]))
+    lse = got[4]
+    assert lse.shape == (HQ, T) and lse.dtype == torch.float32
+    assert _same_op_args(got, (
+        a["q"], a["k"], a["v"], a["out"], lse, a["cu_seqlens_q"], cu_k, None, None, None, None, None, None, 2, 900,
+        _args.default_softmax_scale(D), False, -1, -1, 0, None, 0.0)), got
+
+    q4 = meta(B, Q_TOKENS, HQ, D, dtype=E4M3)
+    out4 = meta(B, Q_TOKENS, HQ, D, dtype=torch.bfloat16)
+    seqlens = meta(B, dtype=torch.int32)
+    got = _recorded_op_args(monkeypatch, lambda: fp8attn.flash_attn_with_kvcache(
+        q4, a["k"], a["v"], cache_seqlens=seqlens, block_table=a["block_table"], softmax_scale=0.5, causal=False,
+        window_size=(-1, 9), out=out4, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, num_splits=1,
+        s_aux=a["s_aux"]))
+    max_seqlen_k = a["block_table"].shape[1] * PAGE
+    assert _same_op_args(got, (
+        q4, a["k"], a["v"], out4, None, None, None, seqlens, a["block_table"], q_descale, k_descale, v_descale,
+        a["s_aux"], Q_TOKENS, max_seqlen_k, 0.5, False, -1, 9, 1, None, 0.0)), got
+
+    dense_k, dense_v = meta(B, 70, HKV, D, dtype=E4M3), meta(B, 70, HKV, D, dtype=E4M3)
+    got = _recorded_op_args(monkeypatch, lambda: fp8attn.flash_attn_func(
+        q4, dense_k, dense_v, causal=True, window_size=(20, 20), out=out4, softcap=50.0, num_splits=3))
+    assert _same_op_args(got, (
+        q4, dense_k, dense_v, out4, None, None, None, None, None, None, None, None, None, Q_TOKENS, 70,
+        _args.default_softmax_scale(D),
+        True, 20, 0, 3, None, 50.0)), got
