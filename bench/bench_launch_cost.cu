@@ -1,0 +1,173 @@
+// fp8attn: host nanoseconds of the CUDA calls one eager fp8attn call makes (docs/perf.md, "Host path").
+//
+// Each piece is called 20000 times in batches of 256; only the batches are timed (the stream is synchronized
+// between them, outside the timing, so the launch queue never fills); the row is the median over 5 such runs.
+// The kernels have empty bodies and launch 132 CTAs of 384 threads, as the forward does, so the numbers are
+// the host's and the driver's alone. The launch variants answer which launch API the forward should use: a
+// triple-chevron launch and cudaLaunchKernelEx, with and without the programmatic-serialization (PDL)
+// attribute, with 64 B or 1 KB of parameters (the forward passes ~1 KB: its TMA descriptors) and with 200 KB of
+// dynamic shared memory. Prints a table; with FP8ATTN_RESULTS_DIR set, writes host_pieces.json there.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+#define CHECK_CUDA(expr)                                                                     \
+  do {                                                                                       \
+    const cudaError_t err_ = (expr);                                                         \
+    if (err_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_));              \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+template <int kBytes>
+struct Params {
+  unsigned char bytes[kBytes];
+};
+
+template <int kBytes>
+__global__ void empty_kernel(Params<kBytes>) {}
+
+constexpr int kCalls = 20000;
+constexpr int kBatch = 256;
+constexpr int kRuns = 5;
+constexpr int kBlocks = 132;
+constexpr int kThreads = 384;
+constexpr int kLargeSmem = 200 * 1024;
+
+struct Row {
+  std::string piece;
+  double ns;
+};
+
+double median_ns_per_call(const std::function<void()>& call, cudaStream_t stream) {
+  for (int i = 0; i < kBatch; ++i) call();  // warm-up: first-launch setup, attribute caches
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> runs;
+  for (int run = 0; run < kRuns; ++run) {
+    double total_ns = 0;
+    for (int done = 0; done < kCalls; done += kBatch) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < kBatch; ++i) call();
+      total_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+    }
+    runs.push_back(total_ns / kCalls);
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[kRuns / 2];
+}
+
+template <int kBytes>
+cudaError_t launch_ex(cudaStream_t stream, int smem, bool pdl) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(kBlocks);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = pdl ? &attribute : nullptr;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, empty_kernel<kBytes>, Params<kBytes>{});
+}
+
+}  // namespace
+
+int main() {
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaFuncSetAttribute(empty_kernel<1024>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLargeSmem));
+  void* device_buffer = nullptr;
+  CHECK_CUDA(cudaMalloc(&device_buffer, 1 << 20));
+
+  std::vector<Row> rows;
+  auto measure = [&](const char* piece, const std::function<void()>& call) {
+    rows.push_back({piece, median_ns_per_call(call, stream)});
+    CHECK_CUDA(cudaGetLastError());
+  };
+  measure("cudaGetDevice", [] {
+    int d;
+    (void)cudaGetDevice(&d);
+  });
+  measure("cudaStreamIsCapturing", [&] {
+    cudaStreamCaptureStatus status;
+    (void)cudaStreamIsCapturing(stream, &status);
+  });
+  measure("cudaPointerGetAttributes", [&] {
+    cudaPointerAttributes attributes;
+    (void)cudaPointerGetAttributes(&attributes, device_buffer);
+  });
+  // The TMA descriptor encoding, as CuTe's make_tma_copy calls it: a 2-D E4M3 tensor, 128 x 128 boxes.
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
+                                              cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || encode == nullptr) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+    return 1;
+  }
+  measure("cuTensorMapEncodeTiled", [&] {
+    CUtensorMap map;
+    const cuuint64_t sizes[2] = {128, 1024};
+    const cuuint64_t strides[1] = {128};
+    const cuuint32_t box[2] = {128, 128};
+    const cuuint32_t element_strides[2] = {1, 1};
+    (void)encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, device_buffer, sizes, strides, box, element_strides,
+                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  });
+  measure("cudaFuncSetAttribute", [] {
+    (void)cudaFuncSetAttribute(empty_kernel<1024>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLargeSmem);
+  });
+  measure("launch <<<>>> 64 B params", [&] { empty_kernel<64><<<kBlocks, kThreads, 0, stream>>>(Params<64>{}); });
+  measure("launch <<<>>> 1 KB params", [&] { empty_kernel<1024><<<kBlocks, kThreads, 0, stream>>>(Params<1024>{}); });
+  measure("launch <<<>>> 1 KB + 200 KB smem",
+          [&] { empty_kernel<1024><<<kBlocks, kThreads, kLargeSmem, stream>>>(Params<1024>{}); });
+  measure("cudaLaunchKernelEx 64 B", [&] { (void)launch_ex<64>(stream, 0, false); });
+  measure("cudaLaunchKernelEx 1 KB", [&] { (void)launch_ex<1024>(stream, 0, false); });
+  measure("cudaLaunchKernelEx 1 KB + 200 KB smem", [&] { (void)launch_ex<1024>(stream, kLargeSmem, false); });
+  measure("cudaLaunchKernelEx PDL 64 B", [&] { (void)launch_ex<64>(stream, 0, true); });
+  measure("cudaLaunchKernelEx PDL 1 KB", [&] { (void)launch_ex<1024>(stream, 0, true); });
+  CHECK_CUDA(cudaFree(device_buffer));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+
+  std::printf("%-40s %10s\n", "piece", "ns/call");
+  for (const Row& row : rows) std::printf("%-40s %10.1f\n", row.piece.c_str(), row.ns);
+
+  const char* results_dir = std::getenv("FP8ATTN_RESULTS_DIR");
+  if (results_dir == nullptr) return 0;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
+  const std::string path = std::string(results_dir) + "/host_pieces.json";
+  std::ofstream json(path);
+  json << "{\n \"about\": \"Host nanoseconds per call of the CUDA calls of one eager fp8attn call "
+          "(bench/bench_launch_cost.cu: 20000 calls in batches of 256, the stream synchronized between batches "
+          "outside the timing, median of 5 runs; empty kernels of 132 x 384 threads).\",\n";
+  json << " \"date\": \"" << date << "\",\n \"gpu\": \"" << prop.name << "\",\n \"rows\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    json << "  {\"piece\": \"" << rows[i].piece << "\", \"ns\": " << rows[i].ns << "}"
+         << (i + 1 < rows.size() ? ",\n" : "\n");
+  }
+  json << " ]\n}\n";
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
+}
