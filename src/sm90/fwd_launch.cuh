@@ -179,9 +179,14 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
     if (err != cudaSuccess) { return err; }
     if (opted_in != nullptr) { opted_in->store(true, std::memory_order_release); }
   }
-  const dim3 grid(config.grid_x, config.grid_y, config.grid_z);
-  kernel<<<grid, Traits::kNumThreads, kSmemBytes, stream>>>(params);
-  err = cudaGetLastError();
+  // cudaLaunchKernelEx returns this launch's own error; a triple-chevron launch leaves it to cudaGetLastError,
+  // which would also report an earlier call's unchecked error as ours.
+  cudaLaunchConfig_t launch = {};
+  launch.gridDim = dim3(config.grid_x, config.grid_y, config.grid_z);
+  launch.blockDim = dim3(Traits::kNumThreads);
+  launch.dynamicSmemBytes = kSmemBytes;
+  launch.stream = stream;
+  err = cudaLaunchKernelEx(&launch, kernel, params);
   if (err != cudaSuccess && opted_in != nullptr) { opted_in->store(false, std::memory_order_release); }
   return err;
 }
