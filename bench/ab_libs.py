@@ -96,6 +96,9 @@ def main() -> None:
             subprocess.run([sys.executable, str(here / script), *extra, "--ours-only", "--out-dir", str(out)],
                            env=env, check=True)
             payload = json.loads((out / out_name).read_text())
+            if kind == "host" and payload.get("backend") != "compiled":
+                sys.exit(f"ab_libs: library {name} ran the {payload.get('backend')} torch op, not the compiled one: "
+                         f"build its libfp8attn_torch.so (scripts/build_torch_op.sh {Path(path).parent})")
             meta[name] = payload["meta"]
             for row in payload[rows_key]:
                 key = row_key(kind, row)

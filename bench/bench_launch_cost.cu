@@ -3,10 +3,10 @@
 // Each piece is called 20000 times in batches of 256; only the batches are timed (the stream is synchronized
 // between them, outside the timing, so the launch queue never fills); the row is the median over 5 such runs.
 // The kernels have empty bodies and launch 132 CTAs of 384 threads, as the forward does, so the numbers are
-// the host's and the driver's alone. The launch variants answer which launch API the forward should use: a
-// triple-chevron launch and cudaLaunchKernelEx, with and without the programmatic-serialization (PDL)
-// attribute, with 64 B or 1 KB of parameters (the forward passes ~1 KB: its TMA descriptors) and with 200 KB of
-// dynamic shared memory. Prints a table; with FP8ATTN_RESULTS_DIR set, writes host_pieces.json there.
+// the host's and the driver's alone. The launch variants separate the launch API (triple chevrons, the forward's
+// until 67db4d4, against cudaLaunchKernelEx, its launch since), the programmatic-serialization (PDL) attribute
+// (the combine's), the parameter size (the forward passes ~1 KB: its TMA descriptors) and 200 KB of dynamic
+// shared memory. Prints a table; with FP8ATTN_RESULTS_DIR set, writes host_pieces.json there.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -94,6 +94,7 @@ int main() {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaFuncSetAttribute(empty_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLargeSmem));
   CHECK_CUDA(cudaFuncSetAttribute(empty_kernel<1024>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLargeSmem));
   void* device_buffer = nullptr;
   CHECK_CUDA(cudaMalloc(&device_buffer, 1 << 20));
@@ -124,33 +125,42 @@ int main() {
     std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
     return 1;
   }
-  measure("cuTensorMapEncodeTiled", [&] {
+  // Row names as in the first host_pieces.json (12-04) where the piece is the same, so the files compare by name.
+  const cuuint64_t sizes[2] = {128, 1024};
+  const cuuint64_t strides[1] = {128};
+  const cuuint32_t box[2] = {128, 128};
+  const cuuint32_t element_strides[2] = {1, 1};
+  auto encode_map = [&] {
     CUtensorMap map;
-    const cuuint64_t sizes[2] = {128, 1024};
-    const cuuint64_t strides[1] = {128};
-    const cuuint32_t box[2] = {128, 128};
-    const cuuint32_t element_strides[2] = {1, 1};
-    (void)encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, device_buffer, sizes, strides, box, element_strides,
-                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  });
+    return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, device_buffer, sizes, strides, box, element_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  if (encode_map() != CUDA_SUCCESS) {  // the timed calls are not checked: check the call once here
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed\n");
+    return 1;
+  }
+  measure("cuTensorMapEncodeTiled", [&] { (void)encode_map(); });
   measure("cudaFuncSetAttribute", [] {
     (void)cudaFuncSetAttribute(empty_kernel<1024>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLargeSmem);
   });
-  measure("launch <<<>>> 64 B params", [&] { empty_kernel<64><<<kBlocks, kThreads, 0, stream>>>(Params<64>{}); });
-  measure("launch <<<>>> 1 KB params", [&] { empty_kernel<1024><<<kBlocks, kThreads, 0, stream>>>(Params<1024>{}); });
-  measure("launch <<<>>> 1 KB + 200 KB smem",
-          [&] { empty_kernel<1024><<<kBlocks, kThreads, kLargeSmem, stream>>>(Params<1024>{}); });
-  measure("cudaLaunchKernelEx 64 B", [&] { (void)launch_ex<64>(stream, 0, false); });
-  measure("cudaLaunchKernelEx 1 KB", [&] { (void)launch_ex<1024>(stream, 0, false); });
-  measure("cudaLaunchKernelEx 1 KB + 200 KB smem", [&] { (void)launch_ex<1024>(stream, kLargeSmem, false); });
-  measure("cudaLaunchKernelEx PDL 64 B", [&] { (void)launch_ex<64>(stream, 0, true); });
-  measure("cudaLaunchKernelEx PDL 1 KB", [&] { (void)launch_ex<1024>(stream, 0, true); });
+  measure("launch 64 B params", [&] { empty_kernel<64><<<kBlocks, kThreads, 0, stream>>>(Params<64>{}); });
+  measure("launch 1 KB params", [&] { empty_kernel<1024><<<kBlocks, kThreads, 0, stream>>>(Params<1024>{}); });
+  measure("launch 64 B + 200 KB smem",
+          [&] { empty_kernel<64><<<kBlocks, kThreads, kLargeSmem, stream>>>(Params<64>{}); });
+  // The forward's launch until 67db4d4: triple chevrons, then cudaGetLastError for the launch's error.
+  measure("launch 1 KB + 200 KB smem + cudaGetLastError", [&] {
+    empty_kernel<1024><<<kBlocks, kThreads, kLargeSmem, stream>>>(Params<1024>{});
+    (void)cudaGetLastError();
+  });
+  measure("launchEx 64 B", [&] { (void)launch_ex<64>(stream, 0, false); });
+  measure("launchEx 1 KB + 200 KB smem", [&] { (void)launch_ex<1024>(stream, kLargeSmem, false); });  // the forward's
+  measure("launchEx PDL 64 B", [&] { (void)launch_ex<64>(stream, 0, true); });  // the combine's
   CHECK_CUDA(cudaFree(device_buffer));
   CHECK_CUDA(cudaStreamDestroy(stream));
 
-  std::printf("%-40s %10s\n", "piece", "ns/call");
-  for (const Row& row : rows) std::printf("%-40s %10.1f\n", row.piece.c_str(), row.ns);
+  std::printf("%-48s %10s\n", "piece", "ns/call");
+  for (const Row& row : rows) std::printf("%-48s %10.1f\n", row.piece.c_str(), row.ns);
 
   const char* results_dir = std::getenv("FP8ATTN_RESULTS_DIR");
   if (results_dir == nullptr) return 0;

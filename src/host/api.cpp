@@ -25,6 +25,14 @@ Status cuda_status(cudaError_t err, const char* what) {
                                             cudaGetErrorString(err) + ")");
 }
 
+// A failed launch (or attribute call) also leaves its error pending in the thread's last-error slot, where the
+// next unrelated cudaGetLastError (torch checks one after each of its kernels) would report it as its own.
+// It is returned here, so it is cleared; a sticky error stays whatever is done.
+Status launch_failure(cudaError_t err) {
+  (void)cudaGetLastError();
+  return cuda_status(err, "fp8attn kernel launch");
+}
+
 Status not_compiled(const KernelKey& key) {
   return Status(StatusCode::kNotCompiled,
                 "no kernel for " + key.to_string() + " in this build (it was configured with a FP8ATTN_HEAD_DIMS subset)");
@@ -136,7 +144,7 @@ Status run_fwd(const FwdParams& params, const FwdPlan& plan, cudaStream_t stream
   } else {
     err = sm90::launch(params, record.config, stream);
   }
-  if (err != cudaSuccess) { return cuda_status(err, "fp8attn kernel launch"); }
+  if (err != cudaSuccess) { return launch_failure(err); }
   return Status::Ok();
 }
 
@@ -162,7 +170,7 @@ Status fwd(const FwdParams& params, cudaStream_t stream) {
 Status launch_with_config(const FwdParams& params, const KernelConfig& config, cudaStream_t stream) {
   if (!sm90::has_kernel(config.key)) { return not_compiled(config.key); }
   const cudaError_t err = sm90::launch(params, config, stream);
-  if (err != cudaSuccess) { return cuda_status(err, "fp8attn kernel launch"); }
+  if (err != cudaSuccess) { return launch_failure(err); }
   return Status::Ok();
 }
 

@@ -165,29 +165,34 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
 
   auto kernel = fwd_kernel<Traits, Params>;
   constexpr int kSmemBytes = Traits::kSmemBytes;
-  // The opt-in to kSmemBytes of dynamic shared memory belongs to the device's context: set once per device
-  // (it costs ~0.4 us of host time per call, docs/perf.md "Host path"). A device reset clears it, so a
-  // failed launch forgets the flag and the next call sets it again.
+  // cudaLaunchKernelEx returns this launch's own error (a triple-chevron launch leaves it to cudaGetLastError,
+  // which would also report an earlier call's unchecked error as ours), and a failed launch enqueued nothing.
+  cudaLaunchConfig_t launch = {};
+  launch.gridDim = dim3(config.grid_x, config.grid_y, config.grid_z);
+  launch.blockDim = dim3(Traits::kNumThreads);
+  launch.dynamicSmemBytes = kSmemBytes;
+  launch.stream = stream;
+  // The opt-in to kSmemBytes of dynamic shared memory is set once per device, not per call (~0.4 us of host time,
+  // docs/perf.md "Host path"). It belongs to a context: after a device reset, or in another context of the same
+  // device, the launch fails without it, so a launch that skipped it and failed sets it and tries once more.
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) { return err; }
   constexpr int kMaxDevices = 64;
   static std::array<std::atomic<bool>, kMaxDevices> smem_opted_in{};
   std::atomic<bool>* opted_in = device < kMaxDevices ? &smem_opted_in[device] : nullptr;
-  if (opted_in == nullptr || !opted_in->load(std::memory_order_acquire)) {
+  const bool skipped_opt_in = opted_in != nullptr && opted_in->load(std::memory_order_relaxed);
+  if (!skipped_opt_in) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (err != cudaSuccess) { return err; }
-    if (opted_in != nullptr) { opted_in->store(true, std::memory_order_release); }
+    if (opted_in != nullptr) { opted_in->store(true, std::memory_order_relaxed); }
   }
-  // cudaLaunchKernelEx returns this launch's own error; a triple-chevron launch leaves it to cudaGetLastError,
-  // which would also report an earlier call's unchecked error as ours.
-  cudaLaunchConfig_t launch = {};
-  launch.gridDim = dim3(config.grid_x, config.grid_y, config.grid_z);
-  launch.blockDim = dim3(Traits::kNumThreads);
-  launch.dynamicSmemBytes = kSmemBytes;
-  launch.stream = stream;
   err = cudaLaunchKernelEx(&launch, kernel, params);
-  if (err != cudaSuccess && opted_in != nullptr) { opted_in->store(false, std::memory_order_release); }
+  if (err != cudaSuccess && skipped_opt_in) {
+    (void)cudaGetLastError();  // this launch's error, not the caller's: the retry reports its own
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (err == cudaSuccess) { err = cudaLaunchKernelEx(&launch, kernel, params); }
+  }
   return err;
 }
 

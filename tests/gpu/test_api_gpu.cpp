@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "harness.h"
+#include "host/api_internal.h"
+#include "host/config.h"
 
 namespace fp8attn_test {
 namespace {
@@ -191,6 +193,35 @@ TEST_P(FwdBadArgument, IsRefusedByNameWithoutLaunching) {
 
 INSTANTIATE_TEST_SUITE_P(Api, FwdBadArgument, ::testing::ValuesIn(kBadCalls),
                          [](const ::testing::TestParamInfo<BadCall>& info) { return std::string(info.param.name); });
+
+// A launch the runtime refuses (here a grid past CUDA's y limit of 65,535, which select_config never picks) is
+// reported as a CUDA error naming the launch, after the forward's one retry with the shared-memory opt-in set
+// again, and leaves no error pending for the caller's next runtime check.
+TEST(FwdLaunchFailure, IsReportedAndLeavesNoErrorPending) {
+  const Case c = valid_call();
+  Problem problem(c);
+  const fp8attn::Status first = problem.run();  // sets the opt-in, so the failure below takes the retry
+  const std::string skip = dev_build_skip(first, c.head_dim, c.head_dim_v);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_TRUE(first.ok()) << first.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  fp8attn::DeviceInfo device;
+  ASSERT_TRUE(fp8attn::query_device(&device).ok());
+  fp8attn::KernelConfig config = fp8attn::select_config(fp8attn::describe_problem(problem.params(), device));
+  config.grid_y = 70000;
+  problem.poison(nullptr);
+
+  const fp8attn::Status status = fp8attn::launch_with_config(problem.params(), config, nullptr);
+  EXPECT_EQ(status.code(), StatusCode::kCudaError) << status.message();
+  EXPECT_NE(status.message().find("fp8attn kernel launch"), std::string::npos) << status.message();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_TRUE(Problem::untouched(problem.download(nullptr))) << "a refused launch wrote to out or lse";
+
+  // The next call runs as usual, and right.
+  ASSERT_TRUE(problem.run().ok());
+  const Metrics m = problem.check(problem.download());
+  EXPECT_TRUE(m.passed) << m.failure;
+}
 
 // Holds a stream at one point until opened: a host function enqueued on the stream waits on the gate. A
 // watchdog opens it after `timeout` so that the test cannot hang (for instance when fwd() waits on its own

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 import fp8attn  # noqa: E402
-from fp8attn import _args, _lib, ops  # noqa: E402
+from fp8attn import _args, _lib, interface, ops  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
 B, Q_TOKENS, HQ, HKV, D, PAGE, NUM_BLOCKS = 5, 2, 32, 8, 128, 16, 64
@@ -322,7 +322,7 @@ def test_fake_16bit_out_of_the_other_16bit_dtype_is_named(q_dtype: Any, out_dtyp
 def _recorded_op_args(monkeypatch: pytest.MonkeyPatch, call: Any) -> tuple:
     """The positional arguments the eager path hands the op when ``call()`` runs (the op itself is not run)."""
     recorded: list[tuple] = []
-    monkeypatch.setattr(fp8attn.interface, "_FWD_EAGER", lambda *args: recorded.append(args))
+    monkeypatch.setattr(interface, "_FWD_EAGER", lambda *args: recorded.append(args))
     call()
     assert len(recorded) == 1
     return recorded[0]
@@ -336,48 +336,64 @@ def _same_op_args(got: tuple, expected: tuple) -> bool:
 
 def test_each_entry_point_routes_every_argument_to_its_op_slot(monkeypatch: pytest.MonkeyPatch) -> None:
     # _call takes its arguments by position; a swapped pair of same-typed arguments (k/v descale, the two
-    # max_seqlens) would pass every shape check, so each one gets a distinct value and its slot is checked.
+    # max_seqlens) would pass every shape check, so in each call every argument the entry point forwards gets a
+    # value of its own, none of them the default, and its slot is checked.
     def meta(*shape: int, dtype: Any = torch.float32) -> Any:
         return torch.empty(shape, dtype=dtype, device="meta")
 
+    def descales() -> tuple[Any, Any, Any]:
+        return meta(B, HKV), meta(B, HKV), meta(B, HKV)
+
     a = vllm_decode_args("meta")
-    q_descale, k_descale, v_descale = meta(B, HKV), meta(B, HKV), meta(B, HKV)
-    output_scale = meta()
+    qd, kd, vd = descales()
+    sink, output_scale = meta(HQ), meta()
     out = meta(T, HQ, D, dtype=E4M3)
     got = _recorded_op_args(monkeypatch, lambda: fp8attn.flash_attn_varlen_func(
         q=a["q"], k=a["k"], v=a["v"], out=out, cu_seqlens_q=a["cu_seqlens_q"], max_seqlen_q=3,
         seqused_k=a["seqused_k"], max_seqlen_k=4000, softmax_scale=0.25, causal=True, window_size=(100, 7),
-        block_table=a["block_table"], softcap=30.0, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-        num_splits=5, s_aux=a["s_aux"], output_scale=output_scale))
-    assert _same_op_args(got, (
-        a["q"], a["k"], a["v"], out, None, a["cu_seqlens_q"], None, a["seqused_k"], a["block_table"], q_descale,
-        k_descale, v_descale, a["s_aux"], 3, 4000, 0.25, True, 100, 0, 5, output_scale, 30.0)), got
-
-    cu_k = meta(B + 1, dtype=torch.int32)
-    got = _recorded_op_args(monkeypatch, lambda: fp8attn.flash_attn_varlen_func(
-        a["q"], a["k"], a["v"], 2, a["cu_seqlens_q"], 900, cu_k, return_softmax_lse=True, out=a["out"]))
+        block_table=a["block_table"], softcap=30.0, q_descale=qd, k_descale=kd, v_descale=vd, num_splits=5,
+        s_aux=sink, output_scale=output_scale, return_softmax_lse=True))
     lse = got[4]
     assert lse.shape == (HQ, T) and lse.dtype == torch.float32
     assert _same_op_args(got, (
-        a["q"], a["k"], a["v"], a["out"], lse, a["cu_seqlens_q"], cu_k, None, None, None, None, None, None, 2, 900,
+        a["q"], a["k"], a["v"], out, lse, a["cu_seqlens_q"], None, a["seqused_k"], a["block_table"], qd, kd, vd,
+        sink, 3, 4000, 0.25, True, 100, 0, 5, output_scale, 30.0)), got
+
+    # Positionally, as FlashAttention's signature orders them; no out: it is allocated in out_dtype.
+    cu_k = meta(B + 1, dtype=torch.int32)
+    got = _recorded_op_args(monkeypatch, lambda: fp8attn.flash_attn_varlen_func(
+        a["q"], a["k"], a["v"], 2, a["cu_seqlens_q"], 900, cu_k, out_dtype=torch.float16))
+    new_out = got[3]
+    assert new_out.shape == (T, HQ, D) and new_out.dtype == torch.float16
+    assert _same_op_args(got, (
+        a["q"], a["k"], a["v"], new_out, None, a["cu_seqlens_q"], cu_k, None, None, None, None, None, None, 2, 900,
         _args.default_softmax_scale(D), False, -1, -1, 0, None, 0.0)), got
 
     q4 = meta(B, Q_TOKENS, HQ, D, dtype=E4M3)
-    out4 = meta(B, Q_TOKENS, HQ, D, dtype=torch.bfloat16)
+    out4 = meta(B, Q_TOKENS, HQ, D, dtype=E4M3)
     seqlens = meta(B, dtype=torch.int32)
+    qd, kd, vd = descales()
+    sink, output_scale = meta(HQ), meta()
     got = _recorded_op_args(monkeypatch, lambda: fp8attn.flash_attn_with_kvcache(
-        q4, a["k"], a["v"], cache_seqlens=seqlens, block_table=a["block_table"], softmax_scale=0.5, causal=False,
-        window_size=(-1, 9), out=out4, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, num_splits=1,
-        s_aux=a["s_aux"]))
+        q4, a["k"], a["v"], cache_seqlens=seqlens, block_table=a["block_table"], softmax_scale=0.5, causal=True,
+        window_size=(60, 9), softcap=20.0, return_softmax_lse=True, out=out4, q_descale=qd, k_descale=kd,
+        v_descale=vd, num_splits=4, s_aux=sink, output_scale=output_scale))
+    lse = got[4]
+    assert lse.shape == (B, HQ, Q_TOKENS) and lse.dtype == torch.float32
     max_seqlen_k = a["block_table"].shape[1] * PAGE
     assert _same_op_args(got, (
-        q4, a["k"], a["v"], out4, None, None, None, seqlens, a["block_table"], q_descale, k_descale, v_descale,
-        a["s_aux"], Q_TOKENS, max_seqlen_k, 0.5, False, -1, 9, 1, None, 0.0)), got
+        q4, a["k"], a["v"], out4, lse, None, None, seqlens, a["block_table"], qd, kd, vd, sink, Q_TOKENS,
+        max_seqlen_k, 0.5, True, 60, 0, 4, output_scale, 20.0)), got
 
     dense_k, dense_v = meta(B, 70, HKV, D, dtype=E4M3), meta(B, 70, HKV, D, dtype=E4M3)
+    qd, kd, vd = descales()
+    sink, output_scale = meta(HQ), meta()
     got = _recorded_op_args(monkeypatch, lambda: fp8attn.flash_attn_func(
-        q4, dense_k, dense_v, causal=True, window_size=(20, 20), out=out4, softcap=50.0, num_splits=3))
+        q4, dense_k, dense_v, softmax_scale=0.75, causal=True, window_size=(20, 20), softcap=50.0, q_descale=qd,
+        k_descale=kd, v_descale=vd, num_splits=3, s_aux=sink, return_softmax_lse=True, out=out4,
+        output_scale=output_scale))
+    lse = got[4]
+    assert lse.shape == (B, HQ, Q_TOKENS)
     assert _same_op_args(got, (
-        q4, dense_k, dense_v, out4, None, None, None, None, None, None, None, None, None, Q_TOKENS, 70,
-        _args.default_softmax_scale(D),
-        True, 20, 0, 3, None, 50.0)), got
+        q4, dense_k, dense_v, out4, lse, None, None, None, None, qd, kd, vd, sink, Q_TOKENS, 70, 0.75, True, 20, 0,
+        3, output_scale, 50.0)), got
