@@ -21,16 +21,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "cuda_check.h"
 
-#define CHECK_CUDA(expr)                                                                     \
-  do {                                                                                       \
-    const cudaError_t err_ = (expr);                                                         \
-    if (err_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_));              \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
+namespace {
 
 template <int kBytes>
 struct Params {

@@ -16,21 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "cuda_check.h"
 #include "fp8attn/fp8attn.h"
 #include "host/api_internal.h"
 #include "host/config.h"
 #include "reference/reference.h"
 
 namespace {
-
-#define CHECK_CUDA(expr)                                                                     \
-  do {                                                                                       \
-    const cudaError_t err_ = (expr);                                                         \
-    if (err_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_));              \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 struct Timing {
   bool causal;
