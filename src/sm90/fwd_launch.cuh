@@ -181,19 +181,19 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
   constexpr int kMaxDevices = 64;
   static std::array<std::atomic<bool>, kMaxDevices> smem_opted_in{};
   std::atomic<bool>* opted_in = device < kMaxDevices ? &smem_opted_in[device] : nullptr;
-  const bool skipped_opt_in = opted_in != nullptr && opted_in->load(std::memory_order_relaxed);
-  if (!skipped_opt_in) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (err != cudaSuccess) { return err; }
-    if (opted_in != nullptr) { opted_in->store(true, std::memory_order_relaxed); }
+  auto opt_in_and_launch = [&] {
+    const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    return set != cudaSuccess ? set : cudaLaunchKernelEx(&launch, kernel, params);
+  };
+  if (opted_in == nullptr || !opted_in->load(std::memory_order_relaxed)) {
+    err = opt_in_and_launch();
+    if (err == cudaSuccess && opted_in != nullptr) { opted_in->store(true, std::memory_order_relaxed); }
+    return err;
   }
   err = cudaLaunchKernelEx(&launch, kernel, params);
-  if (err != cudaSuccess && skipped_opt_in) {
-    (void)cudaGetLastError();  // this launch's error, not the caller's: the retry reports its own
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (err == cudaSuccess) { err = cudaLaunchKernelEx(&launch, kernel, params); }
-  }
-  return err;
+  if (err == cudaSuccess) { return err; }
+  (void)cudaGetLastError();  // this launch's error, not the caller's: the retry reports its own
+  return opt_in_and_launch();
 }
 
 }  // namespace fp8attn::sm90
