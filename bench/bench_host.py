@@ -15,8 +15,15 @@ paid per layer and step. For each shape:
   gpu_us        the call's GPU time: one call captured in a CUDA graph, median replay (warm L2).
   fa3_eager_us  eager_us of FA3's ``flash_attn_with_kvcache`` (decode) / ``flash_attn_varlen_func`` (prefill)
                 on the same FP8 tensors, or null when FA3 does not import or fails.
+With --breakdown, per decode shape also (where a split plan's extra host time goes; same timing):
+  op_unsplit_us       op_us with num_splits=1 (one launch, no workspace);
+  c_abi_us            the C ABI's fp8attn_fwd alone through ctypes, its params filled and its workspace allocated
+                      once: validation, plan, launches; c_abi_unsplit_us the same with num_splits=1;
+  workspace_alloc_us  the split plan's workspace from torch's caching allocator, allocated and freed;
+  ctypes_call_us      a bare ctypes call (fp8attn_version), the part of c_abi_us that is ctypes.
 
     python bench/bench_host.py [--calls 2000] [--repeats 3] [--shapes llama3.1-8b-tp1-1x1-4k ...] [--ours-only]
+        [--breakdown]
 
 Writes bench/results/host_overhead.json ({"shapes": [{"name", "eager_us", "gpu_us", "fa3_eager_us", ...}]})
 and prints a table. ``backend`` records which torch op served the calls ("compiled": the C++ stable-ABI op;
@@ -37,7 +44,7 @@ import torch
 import bench_common as bc
 import bench_decode as bd
 import fp8attn
-from fp8attn import _args, interface, ops
+from fp8attn import _args, _lib, interface, ops
 
 E4M3 = torch.float8_e4m3fn
 # One vLLM-style prefill: 4 requests of 2048 new tokens each, llama3.1-8b heads (32:8, d128), causal.
@@ -74,9 +81,10 @@ def result_row(name: str, eager: float, op: float, gpu: float, fa3: Optional[flo
             "fa3_eager_us": None if fa3 is None else round(fa3, 2)}
 
 
-def decode_calls(shape: dict[str, Any], device: torch.device,
-                 with_fa3: bool) -> tuple[Callable, Callable, Optional[Callable]]:
-    """(wrapper call, direct op call, FA3 call or None) for one decode shape of decode_shapes.json."""
+def decode_calls(shape: dict[str, Any], device: torch.device, with_fa3: bool,
+                 breakdown: Optional[dict[str, Callable]] = None) -> tuple[Callable, Callable, Optional[Callable]]:
+    """(wrapper call, direct op call, FA3 call or None) for one decode shape of decode_shapes.json; with
+    ``breakdown`` (a dict), also fills it with split_breakdown_calls."""
     layer = bd.make_layer(shape, device)
     requests, q_tokens = shape["requests"], shape["q_tokens"]
     cu_q = torch.arange(0, requests * q_tokens + 1, q_tokens, dtype=torch.int32, device=device)
@@ -97,7 +105,41 @@ def decode_calls(shape: dict[str, Any], device: torch.device,
     fa3 = None
     if with_fa3 and bc.importable("flash_attn_interface"):
         fa3 = bd.fa3_fp8(shape, [layer])[0]
+    if breakdown is not None:
+        breakdown.update(split_breakdown_calls(op_args))
     return wrapper, (lambda: OP_ENTRY(*op_args)), fa3
+
+
+# The op's num_splits argument (0: the heuristic's count), by position in its schema (ops._OP_SIGNATURE).
+NUM_SPLITS_ARG = 19
+
+
+def split_breakdown_calls(op_args: tuple) -> dict[str, Callable]:
+    """--breakdown: calls that separate a split plan's host cost from an unsplit one's, on the same shape: the op
+    with num_splits=1, the C ABI alone (ctypes; params filled and workspace allocated once) with the heuristic's
+    splits and with one, the workspace allocation the op makes per split call, and a bare ctypes call."""
+    unsplit_args = op_args[:NUM_SPLITS_ARG] + (1,) + op_args[NUM_SPLITS_ARG + 1:]
+    lib = _lib.get_lib()
+    stream = torch.cuda.current_stream().cuda_stream
+    device = op_args[0].device
+
+    def c_abi_call(args: tuple) -> tuple[Callable, int]:
+        params = lib.new_params()
+        ops.fill_params(params, *args)
+        nbytes = lib.workspace_size(params)
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
+        if workspace is not None:
+            params.workspace, params.workspace_bytes = workspace.data_ptr(), nbytes
+        # The default argument holds the workspace for as long as the call may run.
+        return (lambda _workspace=workspace: lib.fwd(params, stream)), nbytes
+
+    split_call, nbytes = c_abi_call(op_args)
+    unsplit_call, _ = c_abi_call(unsplit_args)
+    return {"op_unsplit_us": lambda: OP_ENTRY(*unsplit_args),
+            "c_abi_us": split_call,
+            "c_abi_unsplit_us": unsplit_call,
+            "workspace_alloc_us": lambda: torch.empty(nbytes, dtype=torch.uint8, device=device),
+            "ctypes_call_us": lib.version}
 
 
 def prefill_calls(device: torch.device, with_fa3: bool) -> tuple[Callable, Callable, Optional[Callable]]:
@@ -131,7 +173,8 @@ def prefill_calls(device: torch.device, with_fa3: bool) -> tuple[Callable, Calla
     return wrapper, (lambda: OP_ENTRY(*op_args)), fa3
 
 
-def measure(name: str, calls: tuple[Callable, Callable, Optional[Callable]], args: argparse.Namespace) -> dict:
+def measure(name: str, calls: tuple[Callable, Callable, Optional[Callable]], args: argparse.Namespace,
+            breakdown: Optional[dict[str, Callable]] = None) -> dict:
     wrapper, op, fa3 = calls
     # --repeats alternates the wrapper and the op: one machine's host time drifts by 10-30% between runs a minute
     # apart (docs/perf.md, Host path), so a row is the median of several runs and keeps them.
@@ -144,6 +187,8 @@ def measure(name: str, calls: tuple[Callable, Callable, Optional[Callable]], arg
     row = result_row(name, statistics.median(eager_runs), statistics.median(op_runs), gpu, fa3_us)
     row["eager_us_runs"] = [round(x, 2) for x in eager_runs]
     row["op_us_runs"] = [round(x, 2) for x in op_runs]
+    for key, fn in (breakdown or {}).items():
+        row[key] = round(statistics.median(host_us(fn, args.calls, args.sync_every) for _ in range(args.repeats)), 2)
     print(f"{name}: eager {row['eager_us']} us (op alone {row['op_us']}), GPU {row['gpu_us']} us, "
           f"FA3 eager {row['fa3_eager_us']}")
     return row
@@ -156,6 +201,9 @@ def main() -> None:
     parser.add_argument("--sync-every", type=int, default=100, help="calls between stream synchronizations")
     parser.add_argument("--shapes", nargs="+", help="only these decode shape names (the prefill call always runs)")
     parser.add_argument("--ours-only", action="store_true", help="skip FA3 (bench/ab_libs.py passes it)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="per decode shape also the op with one split, the C ABI alone (ctypes) with the "
+                             "heuristic's splits and with one, the workspace allocation, a bare ctypes call")
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
     args = parser.parse_args()
 
@@ -166,7 +214,9 @@ def main() -> None:
 
     rows = []
     for shape in shapes:
-        rows.append(measure(shape["name"], decode_calls(shape, device, not args.ours_only), args))
+        breakdown: Optional[dict[str, Callable]] = {} if args.breakdown else None
+        rows.append(measure(shape["name"], decode_calls(shape, device, not args.ours_only, breakdown), args,
+                            breakdown))
         torch.cuda.empty_cache()
     rows.append(measure(PREFILL["name"], prefill_calls(device, not args.ours_only), args))
 
@@ -178,6 +228,9 @@ def main() -> None:
         "backend": ops.BACKEND, "calls": args.calls, "shapes": rows, "meta": meta})
     print(bc.format_table(["shape", "eager us", "op us", "GPU us", "FA3 eager us"],
                           [[r["name"], r["eager_us"], r["op_us"], r["gpu_us"], r["fa3_eager_us"]] for r in rows]))
+    if args.breakdown:
+        keys = ["op_us", "op_unsplit_us", "c_abi_us", "c_abi_unsplit_us", "workspace_alloc_us", "ctypes_call_us"]
+        print(bc.format_table(["shape", *keys], [[r["name"], *(r.get(k) for k in keys)] for r in rows if "c_abi_us" in r]))
 
 
 if __name__ == "__main__":
