@@ -134,6 +134,13 @@ int main() {
     return 1;
   }
   measure("cuTensorMapEncodeTiled", [&] { (void)encode_map(); });
+  // CUTLASS 4.2 (cutlass/cuda_host_adapter.hpp, without CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL) looks the encoder
+  // up by name before every encoding, so each make_tma_copy of the forward's launch pays this too.
+  measure("cudaGetDriverEntryPointByVersion", [&] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult result;
+    (void)cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &result);
+  });
   measure("cudaFuncSetAttribute", [] {
     (void)cudaFuncSetAttribute(empty_kernel<1024>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLargeSmem);
   });
