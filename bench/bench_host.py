@@ -33,6 +33,7 @@ and prints a table. ``backend`` records which torch op served the calls ("compil
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import time
@@ -81,10 +82,13 @@ def result_row(name: str, eager: float, op: float, gpu: float, fa3: Optional[flo
             "fa3_eager_us": None if fa3 is None else round(fa3, 2)}
 
 
-def decode_calls(shape: dict[str, Any], device: torch.device, with_fa3: bool,
-                 breakdown: Optional[dict[str, Callable]] = None) -> tuple[Callable, Callable, Optional[Callable]]:
-    """(wrapper call, direct op call, FA3 call or None) for one decode shape of decode_shapes.json; with
-    ``breakdown`` (a dict), also fills it with split_breakdown_calls."""
+# (wrapper call, direct op call, FA3 call or None, further calls to time by their JSON key)
+Calls = tuple[Callable, Callable, Optional[Callable], dict[str, Callable]]
+
+
+def decode_calls(shape: dict[str, Any], device: torch.device, with_fa3: bool, breakdown: bool = False) -> Calls:
+    """The calls of one decode shape of decode_shapes.json; the further ones are split_breakdown_calls' with
+    ``breakdown``."""
     layer = bd.make_layer(shape, device)
     requests, q_tokens = shape["requests"], shape["q_tokens"]
     cu_q = torch.arange(0, requests * q_tokens + 1, q_tokens, dtype=torch.int32, device=device)
@@ -105,13 +109,13 @@ def decode_calls(shape: dict[str, Any], device: torch.device, with_fa3: bool,
     fa3 = None
     if with_fa3 and bc.importable("flash_attn_interface"):
         fa3 = bd.fa3_fp8(shape, [layer])[0]
-    if breakdown is not None:
-        breakdown.update(split_breakdown_calls(op_args))
-    return wrapper, (lambda: OP_ENTRY(*op_args)), fa3
+    extra = split_breakdown_calls(op_args) if breakdown else {}
+    return wrapper, (lambda: OP_ENTRY(*op_args)), fa3, extra
 
 
-# The op's num_splits argument (0: the heuristic's count), by position in its schema (ops._OP_SIGNATURE).
-NUM_SPLITS_ARG = 19
+# The op's num_splits argument (0: the heuristic's count) by position: the op takes fill_params' arguments after
+# its first (params).
+NUM_SPLITS_ARG = list(inspect.signature(ops.fill_params).parameters)[1:].index("num_splits")
 
 
 def split_breakdown_calls(op_args: tuple) -> dict[str, Callable]:
@@ -142,8 +146,8 @@ def split_breakdown_calls(op_args: tuple) -> dict[str, Callable]:
             "ctypes_call_us": lib.version}
 
 
-def prefill_calls(device: torch.device, with_fa3: bool) -> tuple[Callable, Callable, Optional[Callable]]:
-    """The same three calls for the PREFILL varlen call (k/v packed like q: cu_seqlens_k)."""
+def prefill_calls(device: torch.device, with_fa3: bool) -> Calls:
+    """The same calls for the PREFILL varlen call (k/v packed like q: cu_seqlens_k), no further ones."""
     s = PREFILL
     total = s["requests"] * s["tokens"]
     q = torch.randn(total, s["q_heads"], s["d"], device=device).to(E4M3)
@@ -170,12 +174,11 @@ def prefill_calls(device: torch.device, with_fa3: bool) -> tuple[Callable, Calla
         fa3 = lambda: fa.flash_attn_varlen_func(  # noqa: E731
             q, k, v, cu, cu, s["tokens"], s["tokens"], softmax_scale=scale, causal=True, q_descale=fa_descale,
             k_descale=fa_descale, v_descale=fa_descale)
-    return wrapper, (lambda: OP_ENTRY(*op_args)), fa3
+    return wrapper, (lambda: OP_ENTRY(*op_args)), fa3, {}
 
 
-def measure(name: str, calls: tuple[Callable, Callable, Optional[Callable]], args: argparse.Namespace,
-            breakdown: Optional[dict[str, Callable]] = None) -> dict:
-    wrapper, op, fa3 = calls
+def measure(name: str, calls: Calls, args: argparse.Namespace) -> dict:
+    wrapper, op, fa3, extra = calls
     # --repeats alternates the wrapper and the op: one machine's host time drifts by 10-30% between runs a minute
     # apart (docs/perf.md, Host path), so a row is the median of several runs and keeps them.
     eager_runs, op_runs = [], []
@@ -187,7 +190,7 @@ def measure(name: str, calls: tuple[Callable, Callable, Optional[Callable]], arg
     row = result_row(name, statistics.median(eager_runs), statistics.median(op_runs), gpu, fa3_us)
     row["eager_us_runs"] = [round(x, 2) for x in eager_runs]
     row["op_us_runs"] = [round(x, 2) for x in op_runs]
-    for key, fn in (breakdown or {}).items():
+    for key, fn in extra.items():
         row[key] = round(statistics.median(host_us(fn, args.calls, args.sync_every) for _ in range(args.repeats)), 2)
     print(f"{name}: eager {row['eager_us']} us (op alone {row['op_us']}), GPU {row['gpu_us']} us, "
           f"FA3 eager {row['fa3_eager_us']}")
@@ -214,9 +217,7 @@ def main() -> None:
 
     rows = []
     for shape in shapes:
-        breakdown: Optional[dict[str, Callable]] = {} if args.breakdown else None
-        rows.append(measure(shape["name"], decode_calls(shape, device, not args.ours_only, breakdown), args,
-                            breakdown))
+        rows.append(measure(shape["name"], decode_calls(shape, device, not args.ours_only, args.breakdown), args))
         torch.cuda.empty_cache()
     rows.append(measure(PREFILL["name"], prefill_calls(device, not args.ours_only), args))
 
