@@ -59,6 +59,8 @@ struct KernelConfig {
   // The direct grid folded into gridDim.x (more than 65535 sequences x splits, or heads): CTA i takes M block
   // i % m_blocks of row i / m_blocks, rows as in (heads, batch * splits).
   bool folded_grid = false;
+  // Split dv (dv = 512) with tiles of at most kSwappedRows rows: the swapped-operand loop (kernel_rules.h).
+  bool swapped_operands = false;
 
   // The one definition of a split-KV call: the forward kernel writes fp32 partials into the workspace and
   // the combine kernel reduces them into out/lse. Everything else asks this, host and device alike (the

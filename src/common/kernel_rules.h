@@ -21,6 +21,15 @@ constexpr int ctas_per_sm_for(int block_m, int head_dim_v) { return block_m == 6
 // section 8): one computes S, the softmax and P V on O's first half, the other P V on the second half.
 constexpr bool split_dv(int head_dim_v) { return head_dim_v > 256; }
 
+// Split dv with at most kSwappedRows query rows per tile (decode of Gemma-4's global layers: 8 q heads per KV head,
+// one token) runs the swapped-operand loop inside the same kernel: S^T = K Q^T and O^T = V^T P^T with the rows as the
+// GEMMs' N (mainloop_swapped.cuh; docs/design.md section 8). tile_rows: query rows of one M tile (tokens x q heads
+// per KV head with PackGQA).
+constexpr int kSwappedRows = 8;
+constexpr bool swapped_operands(int head_dim_v, long long tile_rows) {
+  return split_dv(head_dim_v) && tile_rows <= kSwappedRows;
+}
+
 // Tile rows of the varlen schedule (mixed prefill + decode calls; src/kernels.list compiles it at these only):
 // 64 where that runs two CTAs per SM (d, dv <= 128), so that a decode's tile streams its K/V beside another CTA as
 // in a decode-only call; 128 above, where 64-row tiles run one CTA per SM and the prefill chunk wants 128 rows.

@@ -3,7 +3,8 @@
 //   warpgroup 0      producer: TMA Q/K/V, V transpose            (setmaxnreg down)
 //   warpgroups 1..W  MMA: (the q16 kernels: Q's per-row quantization,) QK^T, softmax, PV, epilogue, 64 rows each
 //                    (setmaxnreg up); split dv (dv = 512): two on the same 64 rows, each with half of O's columns,
-//                    the first computing S and the softmax (mainloop_split_dv.cuh)
+//                    the first computing S and the softmax (mainloop_split_dv.cuh), or, for tiles of at most 8
+//                    rows, the first running the swapped-operand loop alone (mainloop_swapped.cuh)
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -15,6 +16,7 @@
 #include "sm90/kernel_args.cuh"
 #include "sm90/mainloop_mma.cuh"
 #include "sm90/mainloop_split_dv.cuh"
+#include "sm90/mainloop_swapped.cuh"
 #include "sm90/mask.cuh"
 #include "sm90/pack_gqa.cuh"
 #include "sm90/producer_load.cuh"
@@ -87,7 +89,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   typename PipelineVt::Params vt_params;
   vt_params.role = is_producer ? PipelineVt::ThreadCategory::Producer : PipelineVt::ThreadCategory::Consumer;
   vt_params.producer_arv_count = Traits::kNumTransposeThreads;
-  vt_params.consumer_arv_count = Traits::kNumMmaThreads;
+  // Split dv with swapped operands: only the first MMA warpgroup reads V^T.
+  vt_params.consumer_arv_count = Traits::kSplitDv && args.swapped_operands ? 128 : Traits::kNumMmaThreads;
   PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
 
   const PackGqa pack(args);
@@ -169,7 +172,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     clear(tOrO);
     if (has_work) {
       if constexpr (Traits::kSplitDv) {
-        if (mma_thread < 128) {
+        if (args.swapped_operands) {
+          using Swapped = MainloopSwapped<Traits>;
+          typename Swapped::FragmentOt tOrOt;
+          clear(tOrOt);
+          if (mma_thread < 128) {
+            if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
+            Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt);
+          }
+          Swapped::to_row_layout(smem, mma_thread, tOrOt, softmax, tOrO);
+        } else if (mma_thread < 128) {
           if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
           Mainloop::run_score_warpgroup(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
         } else {
@@ -182,6 +194,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     }
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
     const TileCoord epilogue_tile = TileScheduler::tile_again(args, smem.scheduled_tile);  // == tile
+    // Split dv reads the sequence's offsets again for the epilogue, as it does the tile: held through the KV loops,
+    // the 64-bit partial row spilled the q16 kernel once it had the swapped-operand loop beside the split-dv one.
+    const SeqInfo epilogue_seq = [&] {
+      if constexpr (Traits::kSplitDv) {
+        return SeqInfo(args, epilogue_tile.batch);
+      } else {
+        return seq;
+      }
+    }();
     // With split-KV the combine kernel adds the sink once; here it would be counted once per split.
     float sink_log2[2] = {-INFINITY, -INFINITY};
     if (args.sink != nullptr && !args.split_kv) {
@@ -196,16 +217,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     }
     float o_scale[2], lse[2];
     softmax.finalize(v_descale, sink_log2, q_row_scale_of<Traits>(smem), o_scale, lse);
-    // Split dv: the P V warpgroup's o_scale is the score warpgroup's (its own softmax saw no scores).
+    // Split dv: the P V warpgroup's o_scale is the score warpgroup's (its own softmax saw no scores). With swapped
+    // operands both warpgroups hold the rows' statistics (to_row_layout).
     if constexpr (Traits::kSplitDv) {
-      if (has_work) { Mainloop::share_output_scale(smem, mma_thread, o_scale); }
+      if (has_work && !args.swapped_operands) { Mainloop::share_output_scale(smem, mma_thread, o_scale); }
     }
     // Programmatic dependent launch: once every CTA is here, the split-KV combine may start launching; it waits
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
     // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/design.md, Measured
     // choices; the likely reason: released early, the combine's CTAs land on the few SMs that happen to be free then).
     cutlass::arch::launch_dependent_grids();
-    Epilogue<Traits>::store(smem, args, seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
+    Epilogue<Traits>::store(smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
   }
 }
 

@@ -179,6 +179,9 @@ struct KernelTraits {
   // Split dv: P of one block as the second warpgroup's P V reads it, K-major (A slots in the first warpgroup's
   // register order, which V^T's key slots follow; mainloop_split_dv.cuh).
   using SmemLayoutP = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (BLK_M, BLK_N)
+  // Split dv, swapped operands: P^T of one block, the B operand of O^T = V^T P^T (mainloop_swapped.cuh), in the first
+  // rows of sP, K-major in V^T's key slots. (ROWS, BLK_N)
+  using SmemLayoutPt = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<Int<kSwappedRows>, Int<kBlockN>>{}));
   static constexpr int kOnesBytes = kPvSumInPv ? 0 : int(cute::cosize_v<SmemLayoutOnes>);
   static constexpr uint8_t kE4m3One = 0x38;  // E4M3 1.0 (S.0111.000)
 
@@ -212,9 +215,14 @@ struct KernelTraits {
     // keep their offsets.
     float q_row_scale[kQ16 ? kBlockM : 1];
     // Split dv (mainloop_split_dv.cuh): the block's P, and per row the factor the second warpgroup applies to its O
-    // half — each block's rescale, then the output scale (1 / row sum). Unused (small) otherwise.
-    alignas(128) cute::array_aligned<Element, kSplitDv ? int(cute::cosize_v<SmemLayoutP>) : 16> smem_p;
+    // half — each block's rescale, then the output scale (1 / row sum). Unused (small) otherwise. With swapped
+    // operands sP holds P^T (SmemLayoutPt), a WGMMA operand whose swizzle repeats every 512 bytes: hence 1024.
+    alignas(kSplitDv ? 1024 : 128) cute::array_aligned<Element, kSplitDv ? int(cute::cosize_v<SmemLayoutP>) : 16> smem_p;
     float split_dv_row_factor[kSplitDv ? kBlockM : 1];
+    // Split dv, swapped operands (mainloop_swapped.cuh): per warp and query row, a block's row maximum (or, after the
+    // loop, a row-sum share); then per query row its maximum, row sum and sum of rounded P for to_row_layout.
+    float swapped_exchange[kSplitDv ? 4 : 1][kSplitDv ? kSwappedRows : 1];
+    float swapped_row_stats[kSplitDv ? 3 : 1][kSplitDv ? kSwappedRows : 1];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes * kCtasPerSm <= 227 * 1024, "shared memory over the SM90 limit for kCtasPerSm CTAs");

@@ -70,6 +70,16 @@ CUTE_DEVICE uint32_t pack_e4m3x2(float lo, float hi) {
   return packed;
 }
 
+// Two E4M3 bytes (as pack_e4m3x2 packs them, lo in the low byte) back to fp32, exactly.
+CUTE_DEVICE float2 unpack_e4m3x2(uint32_t packed) {
+  uint32_t halves;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(static_cast<uint16_t>(packed)));
+  float2 values;
+  asm("{\n .reg .f16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.f32.f16 %0, lo;\n cvt.f32.f16 %1, hi;\n}"
+      : "=f"(values.x), "=f"(values.y) : "r"(halves));
+  return values;
+}
+
 // Four 8x8 b16 matrices from shared memory, transposed (ldmatrix .trans): the V transpose's loads.
 CUTE_DEVICE void ldsm_x4_trans(uint32_t smem_address, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"

@@ -24,6 +24,10 @@ enum NamedBarrierId : uint32_t {
   kQuantizeQWarpgroup2 = 5,
   kSplitDvPFull = 6,   // split dv: the score warpgroup has written P and the row factors (mainloop_split_dv.cuh)
   kSplitDvPEmpty = 7,  // split dv: the P V warpgroup has read them
+  // Split dv, swapped operands: the first MMA warpgroup's row-maximum exchange and its P^T stores
+  // (mainloop_swapped.cuh). The split-dv kernels have one quantizer barrier (kQuantizeQSplitDv), so the second's id
+  // is free there.
+  kSwappedWarpgroup = kQuantizeQWarpgroup1,
   // Split dv: both MMA warpgroups' rows of a 16-bit Q are in sQ (quantize_q.cuh). The split-dv kernels have no
   // per-warpgroup quantizer barriers, so this one takes the first's id: CUTLASS's NamedBarrier offers 8 (0-7).
   kQuantizeQSplitDv = kQuantizeQWarpgroup0,
@@ -81,6 +85,7 @@ struct AccumulatorIndex {
     return column + 2 * row_half + kValuesPerBlock * block;
   }
   CUTE_HOST_DEVICE static constexpr int row_half(int i) { return (i / 2) % 2; }
+  CUTE_HOST_DEVICE static constexpr int column(int i) { return i % 2; }
 };
 
 // Scores (an accumulator fragment, AccumulatorIndex) to the FP8 A operand of the PV WGMMA (flat index e + 4*h + 8*kh + 16*kb: 4 consecutive K slots e,
@@ -124,6 +129,15 @@ struct PWordPosition {
 };
 CUTE_HOST_DEVICE constexpr PWordPosition p_word_position(int mma_thread, int word) {
   return {accumulator_row(mma_thread, word % 2), 32 * (word / 4) + 16 * ((word / 2) % 2) + 4 * (mma_thread % 4)};
+}
+
+// The V^T key slot (column of a V^T stage, the PV GEMM's K index) that holds key `key` of the block: the inverse of
+// scores_to_pv_operand's order, slot 32 kb + 16 kh + 4 q + e holding key 32 kb + 16 kh + 8 (e / 2) + 2 q + e % 2. The
+// swapped-operand loop writes P^T at these slots (mainloop_swapped.cuh); tests/cpu/test_p_operand_layout.cu checks
+// that every key gets the slot P's register order gives it.
+CUTE_HOST_DEVICE constexpr int vt_key_slot(int key) {
+  const int in16 = key % 16;
+  return key - in16 + 4 * ((in16 % 8) / 2) + 2 * (in16 / 8) + in16 % 2;
 }
 
 }  // namespace fp8attn::sm90

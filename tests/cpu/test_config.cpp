@@ -233,6 +233,9 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (group > 1 && c.seqlen_q >= 1 && int64_t{c.seqlen_q} * group <= 64 && !k.pack_gqa)
     e << " GQA decode (" << c.seqlen_q << " tokens x " << group << " heads <= 64) not packed;";
   const int64_t rows = int64_t{c.seqlen_q} * (k.pack_gqa ? group : 1);
+  // Swapped operands exactly for split-dv tiles of at most kSwappedRows rows (kernel_rules.h).
+  if (k.swapped_operands != (c.dv == 512 && rows <= fp8attn::kSwappedRows))
+    e << " swapped_operands " << k.swapped_operands << " for dv " << c.dv << " with " << rows << " rows per tile;";
   // 64-row tiles for short decode (rows of one tile's head <= 64), for dv <= 64 (d <= 128), and for d, dv <= 96
   // over at most 1024 keys (two CTAs per SM: docs/design.md, Measured choices); 128 rows otherwise. dv <= 64 over >=
   // 8192 keys per row (the window, where bounded on both sides) takes 192 rows where they fill >= 90% of the tiles
@@ -869,6 +872,11 @@ TEST(ConfigSplitDv, Gemma4GlobalLayersTake64x64DirectGridTiles) {
   EXPECT_EQ(kd.key.block_m, 64);
   EXPECT_EQ(kd.key.block_n, 64);
   EXPECT_GT(kd.num_splits, 1) << "8 CTAs on 132 SMs: the keys must be split, " << describe(kd);
+  EXPECT_TRUE(kd.swapped_operands) << "8 rows per tile: the swapped-operand loop";
+  Case spec = decode;  // speculative decode, 2 tokens: 16 rows per tile, the split-dv loop
+  spec.seqlen_q = 2;
+  spec.total_q = 16;
+  EXPECT_FALSE(config_of(spec).swapped_operands);
 
   Case prefill;  // 16k causal prefill, E4M3 q
   prefill.d = prefill.dv = 512;
@@ -881,6 +889,7 @@ TEST(ConfigSplitDv, Gemma4GlobalLayersTake64x64DirectGridTiles) {
   EXPECT_EQ(kp.key.block_m, 64) << describe(kp);
   EXPECT_EQ(kp.key.block_n, 64) << describe(kp);
   EXPECT_EQ(kp.num_splits, 1) << describe(kp);
+  EXPECT_FALSE(kp.swapped_operands);
 
   Case mixed = decode;  // a 2k chunk beside 40 decodes: no varlen-schedule kernel at dv = 512
   mixed.batch = 41;

@@ -4,7 +4,10 @@
 //     multiply the wrong keys;
 //   - split dv (mainloop_split_dv.cuh, store_p): the score warpgroup stores each word with one 32-bit store at
 //     sP(p_word_position) for the P V warpgroup's SS WGMMA; the four slots must be contiguous bytes of SmemLayoutP
-//     and the 128 threads' words must cover the 64 x BLK_N tile exactly once.
+//     and the 128 threads' words must cover the 64 x BLK_N tile exactly once;
+//   - split dv with swapped operands (mainloop_swapped.cuh): vt_key_slot is where P's register order puts each key;
+//     the loop's own index maps of S^T and O^T (query_row, block_key) are CuTe's accumulator layouts; its P^T stores
+//     cover SmemLayoutPt exactly once; its Q rows are sQ's first rows.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "sm90/kernel_traits.cuh"
+#include "sm90/mainloop_swapped.cuh"
 #include "sm90/utils.cuh"
 
 namespace fp8attn::sm90 {
@@ -52,6 +56,78 @@ void check_p_operand(const std::string& name) {
     }
     for (size_t i = 0; i < writes.size(); ++i) ASSERT_EQ(writes[i], 1) << "sP byte " << i << " written " << writes[i] << " times";
   }
+}
+
+// The key each A slot of P holds, from scores_to_pv_operand: slot slot0 + e of word (h, kh, kb) is score column
+// 8 (j0 + e / 2) + 2 q + e % 2 of the QK^T accumulator (n8 block j0 = 4 kb + 2 kh, q = thread % 4).
+TEST(POperandLayout, VtKeySlotIsWherePsRegisterOrderPutsEachKey) {
+  for (int t = 0; t < 4; ++t) {
+    for (int word = 0; word < 64 * 128 / 128 / 4; ++word) {
+      const int kh = (word / 2) % 2, kb = word / 4;
+      const int j0 = 4 * kb + 2 * kh;
+      for (int e = 0; e < 4; ++e) {
+        const int key = 8 * (j0 + e / 2) + 2 * t + e % 2;
+        EXPECT_EQ(vt_key_slot(key), p_word_position(t, word).slot0 + e) << "thread " << t << " word " << word;
+      }
+    }
+  }
+  std::set<int> slots;
+  for (int key = 0; key < 128; ++key) { slots.insert(vt_key_slot(key)); }
+  EXPECT_EQ(int(slots.size()), 128);
+  EXPECT_EQ(*slots.rbegin(), 127);
+}
+
+template <class Traits>
+void check_swapped_operands(const std::string& name) {
+  SCOPED_TRACE(name);
+  using Swapped = MainloopSwapped<Traits>;
+  constexpr int kRows = kSwappedRows, kBlockN = Traits::kBlockN, kDv = Traits::kHeadDimV;
+  Tensor cSt = make_identity_tensor(Shape<Int<kBlockN>, Int<kRows>>{});  // (BLK_N, ROWS) -> (key, row)
+  Tensor cOt = make_identity_tensor(Shape<Int<kDv>, Int<kRows>>{});      // (DV, ROWS) -> (dv, row)
+  typename Traits::SmemLayoutPt layout_pt;
+  std::vector<int> pt_writes(size_t(cosize(layout_pt)), 0);
+  std::set<std::pair<int, int>> scores, outputs;
+  for (int t = 0; t < 128; ++t) {
+    Tensor tScS = typename Swapped::TiledMmaSt{}.get_thread_slice(t).partition_C(cSt);  // (MMA, 1, 1) -> (key, row)
+    ASSERT_EQ(int(size(tScS)), 4);
+    for (int i = 0; i < 4; ++i) {
+      const int key = Swapped::block_key(t, AccumulatorIndex::row_half(i));
+      const int row = Swapped::query_row(t, AccumulatorIndex::column(i));
+      ASSERT_EQ(int(get<0>(tScS(i))), key) << "thread " << t << " value " << i;
+      ASSERT_EQ(int(get<1>(tScS(i))), row) << "thread " << t << " value " << i;
+      scores.insert({key, row});
+      ++pt_writes[size_t(layout_pt(row, vt_key_slot(key)))];
+    }
+    Tensor tOcO = typename Swapped::TiledMmaOt{}.get_thread_slice(t).partition_C(cOt);  // (MMA, DV/64, 1) -> (dv, row)
+    ASSERT_EQ(int(size(tOcO)), kDv * kRows / 128);
+    for (int i = 0; i < int(size(tOcO)); ++i) {
+      const int dv = 64 * (i / AccumulatorIndex::kValuesPerBlock) + Swapped::block_key(t, AccumulatorIndex::row_half(i));
+      ASSERT_EQ(int(get<0>(tOcO(i))), dv) << "thread " << t << " value " << i;
+      ASSERT_EQ(int(get<1>(tOcO(i))), Swapped::query_row(t, AccumulatorIndex::column(i))) << "thread " << t;
+      outputs.insert({dv, int(get<1>(tOcO(i)))});
+    }
+  }
+  EXPECT_EQ(int(scores.size()), kBlockN * kRows);
+  EXPECT_EQ(int(outputs.size()), kDv * kRows);
+  for (size_t i = 0; i < pt_writes.size(); ++i) ASSERT_EQ(pt_writes[i], 1) << "sPt byte " << i;
+  typename Traits::SmemLayoutQ layout_q;
+  typename Swapped::SmemLayoutQRows layout_q_rows;
+  for (int r = 0; r < kRows; ++r) {
+    for (int k = 0; k < Traits::kHeadDim; ++k) { ASSERT_EQ(int(layout_q_rows(r, k)), int(layout_q(r, k))); }
+  }
+}
+
+TEST(POperandLayout, SwappedOperandsForEverySplitDvKernel) {
+  int kernels = 0;
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16)                                                    \
+  if constexpr (KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16)>::kSplitDv) {              \
+    check_swapped_operands<KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16)>>(             \
+        "d" #D " dv" #DV " m" #BM " n" #BN " q16 " #Q16);                                             \
+    ++kernels;                                                                                        \
+  }
+#include "kernel_list_all.inc"
+#undef FP8ATTN_KERNEL
+  EXPECT_EQ(kernels, 2) << "the d512 kernels: E4M3 Q and 16-bit Q";
 }
 
 TEST(POperandLayout, RegisterOrderAndSplitDvStoresForEveryDeclaredKernel) {
