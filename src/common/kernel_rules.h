@@ -54,15 +54,22 @@ constexpr bool pv_after_softmax(int block_m, int block_n, int head_dim_v) {
   return block_m == 128 && block_n == 128 && head_dim_v > 128;
 }
 
-// K, V-as-loaded and V^T pipeline stages. Three let the load warp run two tiles ahead of the MMA warpgroups;
+// V-as-loaded and V^T pipeline stages. Three let the load warp run two tiles ahead of the MMA warpgroups;
 // two-CTA (decode) kernels keep two so that two CTAs fit in an SM's shared memory, and so do the 128-key
-// d256 tiles (a stage is 96 KB) and split dv (K and V^T stages of 32 KB each beside a 32 KB Q; its V-as-loaded
+// d256 tiles (a stage is 96 KB) and split dv (V^T stages of 32 KB each beside a 32 KB Q; its V-as-loaded
 // buffer has one stage, kernel_traits.cuh).
 constexpr int stages_for(int block_m, int block_n, int head_dim_v) {
   return ctas_per_sm_for(block_m, head_dim_v) == 2 || pv_after_softmax(block_m, block_n, head_dim_v) ||
                  split_dv(head_dim_v)
              ? 2
              : 3;
+}
+
+// K stages. Split dv has three, the last of which is also its one V-as-loaded stage: with K = V (Gemma-4; V is
+// never loaded) the K ring takes all three, with K != V it skips the last (kernel_traits.cuh, KRing). A decode
+// CTA then keeps two K tiles of HBM reads in flight instead of one (measured: docs/design.md, Measured choices).
+constexpr int k_stages_for(int block_m, int block_n, int head_dim_v) {
+  return split_dv(head_dim_v) ? 3 : stages_for(block_m, block_n, head_dim_v);
 }
 
 // Most KV splits of one call: the validation's bound, and the combine kernel's shared-memory weight table.

@@ -178,12 +178,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
           clear(tOrOt);
           if (mma_thread < 128) {
             if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
-            Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt);
+            Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt, args.kv_shared);
           }
           Swapped::to_row_layout(smem, mma_thread, tOrOt, softmax, tOrO);
         } else if (mma_thread < 128) {
           if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
-          Mainloop::run_score_warpgroup(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
+          Mainloop::run_score_warpgroup(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO,
+                                        args.kv_shared);
         } else {
           Mainloop::run_pv_warpgroup(smem, pipeline_vt, range, mma_thread - 128, tOrO);
         }

@@ -56,7 +56,8 @@ struct KernelTraits {
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = stages_for(kBlockM_, kBlockN_, kHeadDimV_);  // see kernel_rules.h
+  static constexpr int kStages = stages_for(kBlockM_, kBlockN_, kHeadDimV_);     // V^T (and V-as-loaded); kernel_rules.h
+  static constexpr int kKStages = k_stages_for(kBlockM_, kBlockN_, kHeadDimV_);  // K
   static constexpr bool kTwoLevel = kTwoLevel_;
   static constexpr bool kQ16 = kQ16_;
   using TileScheduler = std::conditional_t<kVarlenSchedule_, VarlenListScheduler<kBlockM_>, DirectGridScheduler>;
@@ -157,11 +158,12 @@ struct KernelTraits {
   using SmemLayoutQ = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
                                              Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (BLK_M, D)
   using SmemLayoutK = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
-                                             Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));  // (BLK_N, D, PIPE)
+                                             Shape<Int<kBlockN>, Int<kHeadDim>, Int<kKStages>>{}));  // (BLK_N, D, KPIPE)
   // V as TMA lands it: row-major [keys, dv], swizzled like K so ldmatrix.trans reads are conflict-free. Split dv
-  // keeps one stage: shared memory holds no second 32 KB one, and with K = V (Gemma-4) V is not loaded at all (the
-  // transpose reads the K stage, producer_load.cuh).
+  // keeps one stage, in the K ring's last stage (kVLoadInKRing): shared memory holds no fourth 32 KB tile, and with
+  // K = V (Gemma-4) V is not loaded at all (the transpose reads the K stage, producer_load.cuh) and K takes it.
   static constexpr int kVLoadStages = kSplitDv ? 1 : kStages;
+  static constexpr bool kVLoadInKRing = kSplitDv;
   using SmemLayoutVLoad = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDimV>(),
                                                  Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kVLoadStages>>{}));  // (BLK_N, DV, VPIPE)
   // V^T for the PV GEMM: [dv (+ 8 ones rows when kPvSumInPv), key slots], K-major. Key slots follow the P
@@ -194,7 +196,7 @@ struct KernelTraits {
   using SmemLayoutKBox = decltype(composition(take<0, 2>(SmemLayoutK{}), Shape<Int<kBoxRows>, Int<kHeadDim>>{}));      // (BOX, D)
   using SmemLayoutVBox = decltype(composition(take<0, 2>(SmemLayoutVLoad{}), Shape<Int<kBoxRows>, Int<kHeadDimV>>{}));  // (BOX, DV)
 
-  using PipelineK = cutlass::PipelineTmaAsync<kStages>;      // TMA -> MMA warpgroups
+  using PipelineK = cutlass::PipelineTmaAsync<kKStages>;     // TMA -> MMA warpgroups
   using PipelineVLoad = cutlass::PipelineTmaAsync<kVLoadStages>;  // TMA -> producer warpgroup (transpose)
   using PipelineVt = cutlass::PipelineAsync<kStages>;        // producer warpgroup -> MMA warpgroups
 
@@ -202,7 +204,8 @@ struct KernelTraits {
     // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows x 128 B.
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> smem_q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> smem_k;
-    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVLoad>> smem_vload;
+    // Unused (16 bytes) where V lands in the K ring's last stage (v_load_buffer).
+    alignas(1024) cute::array_aligned<Element, kVLoadInKRing ? 16 : int(cute::cosize_v<SmemLayoutVLoad>)> smem_vload;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> smem_vt;
     // Unused (16 bytes) when the ones rows live in sVt.
     alignas(1024) cute::array_aligned<Element, (kOnesBytes > 0 ? kOnesBytes : 16)> smem_ones;
@@ -230,6 +233,27 @@ struct KernelTraits {
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim;
   static constexpr uint32_t kBytesK = kBlockN * kHeadDim;
   static constexpr uint32_t kBytesV = kBlockN * kHeadDimV;
+
+  // Where V lands as loaded: sVLoad, or (split dv) the K ring's last stage, which has sVLoad's layout (d = dv).
+  CUTE_HOST_DEVICE static Element* v_load_buffer(SharedStorage& smem) {
+    if constexpr (kVLoadInKRing) {
+      static_assert(kHeadDim == kHeadDimV && cute::cosize_v<decltype(take<0, 2>(SmemLayoutK{}))> == int(kBytesV),
+                    "a K stage holds one V-as-loaded tile");
+      return smem.smem_k.data() + (kKStages - 1) * kBytesK;
+    } else {
+      return smem.smem_vload.data();
+    }
+  }
 };
+
+// The K pipeline's next stage. Where V lands in the K ring's last stage and K != V, K skips that stage; the load
+// warp and every K consumer advance through here, so that they agree (the skipped stage's barriers stay unused).
+template <class Traits, class State>
+CUTE_DEVICE void advance_k_stage(State& state, bool kv_shared) {
+  ++state;
+  if constexpr (Traits::kVLoadInKRing) {
+    if (!kv_shared && state.index() == Traits::kKStages - 1) { ++state; }
+  }
+}
 
 }  // namespace fp8attn::sm90

@@ -42,7 +42,8 @@ struct MainloopMma {
   using SharedStorage = typename Traits::SharedStorage;
   using PipelineK = typename Traits::PipelineK;
   using PipelineVt = typename Traits::PipelineVt;
-  using PipelineState = cutlass::PipelineState<Traits::kStages>;
+  using KState = typename Traits::PipelineK::PipelineState;
+  using VtState = typename Traits::PipelineVt::PipelineState;
   using TiledMmaQK = typename Traits::TiledMmaQK;
   using TiledMmaPV = typename Traits::TiledMmaPV;
   using TiledMmaPvTile = typename Traits::TiledMmaPvTile;
@@ -216,8 +217,8 @@ struct MainloopMma {
       fold_pv_sum(rescale);
     };
 
-    PipelineState k_state;
-    PipelineState vt_state;
+    KState k_state;
+    VtState vt_state;
     // QK^T of one block, completed, then its softmax and P: every block of P V after the softmax, the first block
     // of the overlapped loop.
     auto scores_of_block = [&](int n_block, float (&rescale)[2]) {

@@ -25,6 +25,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "sm90/kernel_args.cuh"
+#include "sm90/kernel_traits.cuh"
 #include "sm90/mask.cuh"
 #include "sm90/quantize_q.cuh"
 #include "sm90/softmax.cuh"
@@ -45,7 +46,8 @@ struct MainloopSplitDv {
   using SharedStorage = typename Traits::SharedStorage;
   using PipelineK = typename Traits::PipelineK;
   using PipelineVt = typename Traits::PipelineVt;
-  using PipelineState = cutlass::PipelineState<Traits::kStages>;
+  using KState = typename Traits::PipelineK::PipelineState;
+  using VtState = typename Traits::PipelineVt::PipelineState;
   using TiledMmaQK = typename Traits::TiledMmaQK;
   using TiledMmaPV = typename Traits::TiledMmaPV;
   static_assert(Traits::kSplitDv && kBlockM == 64 && !Traits::kPvSumInPv && Traits::kTwoLevel, "split dv layout");
@@ -98,7 +100,7 @@ struct MainloopSplitDv {
   // like the row sums). The range must not be empty.
   CUTE_DEVICE static void run_score_warpgroup(SharedStorage& smem, PipelineK& pipeline_k, PipelineVt& pipeline_vt,
                                               const Mask<kBlockM, kBlockN>& mask, KvBlockRange range, int thread,
-                                              OnlineSoftmax& softmax, FragmentO& tOrO) {
+                                              OnlineSoftmax& softmax, FragmentO& tOrO, bool kv_shared) {
     TiledMmaQK tiled_mma_qk;
     TiledMmaPV tiled_mma_pv;
     typename Traits::TiledMmaPvSum tiled_mma_pv_sum;
@@ -119,8 +121,8 @@ struct MainloopSplitDv {
     Tensor tOrOTile = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kPvChunk>>{});  // (MMA, MMA_M, 1) fp32
     Tensor tOrPvSum = partition_fragment_C(tiled_mma_pv_sum, Shape<Int<kBlockM>, _8>{});  // (MMA, MMA_M, 1) fp32
 
-    PipelineState k_state;
-    PipelineState vt_state;
+    KState k_state;
+    VtState vt_state;
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
       // S = Q K^T, completed.
       pipeline_k.consumer_wait(k_state);
@@ -131,7 +133,7 @@ struct MainloopSplitDv {
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
       pipeline_k.consumer_release(k_state);
-      ++k_state;
+      advance_k_stage<Traits>(k_state, kv_shared);
 
       // Softcap (when on), mask (boundary blocks only), online softmax, P in PV A order.
       float rescale[2];
@@ -191,7 +193,7 @@ struct MainloopSplitDv {
 
     // sP starts free: the first "P empty" lets the score warpgroup write.
     sync_both_warpgroups<kSplitDvPEmpty>();
-    PipelineState vt_state;
+    VtState vt_state;
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
       sync_both_warpgroups<kSplitDvPFull>();
       float rescale[2];

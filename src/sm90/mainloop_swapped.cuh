@@ -48,7 +48,8 @@ struct MainloopSwapped {
   using SharedStorage = typename Traits::SharedStorage;
   using PipelineK = typename Traits::PipelineK;
   using PipelineVt = typename Traits::PipelineVt;
-  using PipelineState = cutlass::PipelineState<Traits::kStages>;
+  using KState = typename Traits::PipelineK::PipelineState;
+  using VtState = typename Traits::PipelineVt::PipelineState;
   static_assert(Traits::kSplitDv && Traits::kBlockM == 64 && kBlockN == 64 && kRows == 8,
                 "swapped operands: the split-dv tile, 64-key blocks, one n8 block of rows");
 
@@ -64,10 +65,10 @@ struct MainloopSwapped {
                                                    Shape<Int<kHeadDimV>, Int<kBlockN>>{}));  // (DV, BLK_N)
   static_assert(cute::cosize_v<SmemLayoutVtStage> == Traits::kVtRows * kBlockN, "a V^T stage is dv rows");
 
-  // O staged as rows for to_row_layout (in sVLoad, free after the loop: every V tile has been transposed): a row
-  // of dv floats plus 4, so that the 4 rows a warp's store touches start in different banks.
+  // O staged as rows for to_row_layout (in sVt, free after the loop: every V^T tile has been read): a row of dv
+  // floats plus 4, so that the 4 rows a warp's store touches start in different banks.
   static constexpr int kStageRowFloats = kHeadDimV + 4;
-  static_assert(kRows * kStageRowFloats * 4 <= int(sizeof(SharedStorage::smem_vload)), "staged O fits sVLoad");
+  static_assert(kRows * kStageRowFloats * 4 <= int(sizeof(SharedStorage::smem_vt)), "staged O fits sVt");
 
   // O^T of the loop: (MMA, DV/64, 1) fp32, 32 registers per thread of the first MMA warpgroup.
   using FragmentOt = decltype(partition_fragment_C(TiledMmaOt{}, Shape<Int<kHeadDimV>, Int<kRows>>{}));
@@ -116,7 +117,7 @@ struct MainloopSwapped {
   // shares stay in registers for to_row_layout. The range must not be empty.
   CUTE_DEVICE static void run(SharedStorage& smem, PipelineK& pipeline_k, PipelineVt& pipeline_vt,
                               const Mask<Traits::kBlockM, kBlockN>& mask, KvBlockRange range, int thread,
-                              OnlineSoftmax& softmax, FragmentOt& tOrOt) {
+                              OnlineSoftmax& softmax, FragmentOt& tOrOt, bool kv_shared) {
     TiledMmaSt tiled_mma_st;
     TiledMmaOt tiled_mma_ot;
     auto thr_mma_st = tiled_mma_st.get_thread_slice(thread);
@@ -206,15 +207,15 @@ struct MainloopSwapped {
       cutlass::arch::NamedBarrier::sync(128, kSwappedWarpgroup);
     };
 
-    PipelineState k_state;
-    PipelineState vt_state;
+    KState k_state;
+    VtState vt_state;
     int n_block = range.n_block_max - 1;
     pipeline_k.consumer_wait(k_state);
     issue_st(k_state.index());
     warpgroup_wait<0>();
     warpgroup_fence_operand(tStS);
     pipeline_k.consumer_release(k_state);
-    ++k_state;
+    advance_k_stage<Traits>(k_state, kv_shared);
     // O^T += this block's tile, once its GEMM has completed.
     auto fold = [&](const float (&rescale)[2]) {
       warpgroup_fence_operand(tOrOtTile);
@@ -240,7 +241,7 @@ struct MainloopSwapped {
       warpgroup_wait<0>();
       warpgroup_fence_operand(tStS);
       pipeline_k.consumer_release(k_state);
-      ++k_state;
+      advance_k_stage<Traits>(k_state, kv_shared);
     }
     float rescale[2];
     scores_to_pt(n_block, rescale);
@@ -257,7 +258,7 @@ struct MainloopSwapped {
   template <class FragmentO>
   CUTE_DEVICE static void to_row_layout(SharedStorage& smem, int mma_thread, FragmentOt const& tOrOt,
                                         OnlineSoftmax& softmax, FragmentO& tOrO) {
-    float* o_stage = reinterpret_cast<float*>(smem.smem_vload.data());  // [ROWS][kStageRowFloats]
+    float* o_stage = reinterpret_cast<float*>(smem.smem_vt.data());  // [ROWS][kStageRowFloats]
     if (mma_thread < 128) {
       const int thread = mma_thread;
       float sums[2] = {softmax.row_sum[0], softmax.row_sum[1]};

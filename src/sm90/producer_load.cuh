@@ -7,6 +7,8 @@
 // runs while later blocks' loads are in flight and the MMA warpgroups work on block n+1 (blocks are
 // visited from the last to the first). Split dv with K = V (args.kv_shared): each tile is loaded once, into the K
 // stage, and the transpose warps read V from there (the K stage is released by the score warpgroup and by them).
+// Split dv's V-as-loaded stage is the K ring's last (Traits::v_load_buffer): K = V uses it as a third K stage,
+// K != V skips it (advance_k_stage).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -17,6 +19,7 @@
 #include <type_traits>
 
 #include "sm90/kernel_args.cuh"
+#include "sm90/kernel_traits.cuh"
 #include "sm90/mask.cuh"
 #include "sm90/transpose_v.cuh"
 
@@ -35,7 +38,8 @@ struct ProducerLoad {
   using PipelineK = typename Traits::PipelineK;
   using PipelineVLoad = typename Traits::PipelineVLoad;
   using PipelineVt = typename Traits::PipelineVt;
-  using PipelineState = cutlass::PipelineState<Traits::kStages>;
+  using KState = typename PipelineK::PipelineState;
+  using VtState = typename PipelineVt::PipelineState;
   using VLoadState = cutlass::PipelineState<Traits::kVLoadStages>;
   // Split dv with K = V: V is the K stage (identical layouts when d = dv).
   static constexpr bool kMayShareKv = Traits::kSplitDv && Traits::kHeadDim == Traits::kHeadDimV;
@@ -52,7 +56,7 @@ struct ProducerLoad {
 
   // The load warp's pipeline positions, carried from the loads issued before the CTA barrier to the rest.
   struct LoadStates {
-    PipelineState k = cutlass::make_producer_start_state<PipelineK>();
+    KState k = cutlass::make_producer_start_state<PipelineK>();
     VLoadState v = cutlass::make_producer_start_state<PipelineVLoad>();
   };
 
@@ -101,13 +105,13 @@ struct ProducerLoad {
                       pipeline_k, pipeline_vload, states);
       } else {
         Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});  // (BLK_N, D, PIPE)
-        Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
+        Tensor sVLoad = make_tensor(make_smem_ptr(Traits::v_load_buffer(smem)), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
         load_kv_paged(params, seq, range, kv_head, batch, lane, sK, sVLoad, pipeline_k, pipeline_vload);
       }
     } else if (shares_kv(args)) {
-      transpose_v_tiles(smem, smem.smem_k.data(), pipeline_k, PipelineState{}, pipeline_vt, seq, range, warp - 1, lane);
+      transpose_v_tiles(smem, smem.smem_k.data(), pipeline_k, KState{}, pipeline_vt, seq, range, warp - 1, lane);
     } else {
-      transpose_v_tiles(smem, smem.smem_vload.data(), pipeline_vload, VLoadState{}, pipeline_vt, seq, range, warp - 1,
+      transpose_v_tiles(smem, Traits::v_load_buffer(smem), pipeline_vload, VLoadState{}, pipeline_vt, seq, range, warp - 1,
                         lane);
     }
   }
@@ -133,7 +137,7 @@ struct ProducerLoad {
                                         PipelineVLoad& pipeline_vload, LoadStates& states) {
     if (threadIdx.x != 0) { return; }
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});  // (BLK_N, D, PIPE)
-    Tensor sVLoad = make_tensor(make_smem_ptr(smem.smem_vload.data()), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
+    Tensor sVLoad = make_tensor(make_smem_ptr(Traits::v_load_buffer(smem)), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
     Tensor mK = params.tma_k_tile.get_tma_tensor(params.shape_k)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, D)
     Tensor mV = params.tma_v_tile.get_tma_tensor(params.shape_v)(_, _, kv_head, seq.tma_batch_k);  // (rows_k, DV)
     Tensor gK = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mK),
@@ -155,7 +159,7 @@ struct ProducerLoad {
       pipeline_k.producer_acquire(states.k);
       copy(params.tma_k_tile.with(*pipeline_k.producer_get_barrier(states.k), 0), tKgK(_, n_block),
            tKsK(_, states.k.index()));
-      ++states.k;
+      advance_k_stage<Traits>(states.k, kv_shared);
     }
   }
 
@@ -170,7 +174,7 @@ struct ProducerLoad {
     Tensor mV = params.tma_v_box.get_tma_tensor(params.shape_v);
     const bool is_leader = lane == 0;
     const bool loads_a_box = lane < Traits::kBoxesPerTile;
-    PipelineState load_k_state = cutlass::make_producer_start_state<PipelineK>();
+    KState load_k_state = cutlass::make_producer_start_state<PipelineK>();
     VLoadState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
     const bool kv_shared = shares_kv(params.args);
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
@@ -193,7 +197,7 @@ struct ProducerLoad {
         copy_box<kHeadDim>(params.tma_k_box, *pipeline_k.producer_get_barrier(load_k_state), mK, box_row, kv_head,
                            box_page, sKStage, lane);
       }
-      ++load_k_state;
+      advance_k_stage<Traits>(load_k_state, kv_shared);
     }
   }
 
@@ -264,7 +268,7 @@ struct ProducerLoad {
     const uint32_t store_lane0 = cast_smem_ptr_to_uint(smem.smem_vt.data()) + Plan::store_lane_offset(lane);
     const uint32_t first_selector = Plan::first_selector(lane);
     const uint32_t second_selector = Plan::second_selector(lane);
-    PipelineState write_state = cutlass::make_producer_start_state<PipelineVt>();
+    VtState write_state = cutlass::make_producer_start_state<PipelineVt>();
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
       const int valid_keys = seq.seqlen_k - n_block * kBlockN;
       pipeline_read.consumer_wait(read_state);
