@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     }
     // TMA: one arrival plus the transaction bytes; PackGQA gather: every transpose-warp thread arrives.
     smem.barrier_q.init(args.pack_gqa ? Traits::kNumTransposeThreads : 1);
+    if constexpr (Traits::kSplitDv) { smem.swapped_sync.init(128); }  // mainloop_swapped.cuh, WarpgroupSync
   }
 
   // Barriers are initialised by warp 0 inside the pipeline constructors. Split dv: only the score warpgroup reads
@@ -176,11 +177,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
           using Swapped = MainloopSwapped<Traits>;
           typename Swapped::FragmentOt tOrOt;
           clear(tOrOt);
+          typename Swapped::WarpgroupSync wg_sync;
           if (mma_thread < 128) {
             if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
-            Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt, args.kv_shared);
+            Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt, args.kv_shared, wg_sync);
           }
-          Swapped::to_row_layout(smem, mma_thread, tOrOt, softmax, tOrO);
+          Swapped::to_row_layout(smem, mma_thread, tOrOt, softmax, wg_sync, tOrO);
         } else if (mma_thread < 128) {
           if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
           Mainloop::run_score_warpgroup(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO,

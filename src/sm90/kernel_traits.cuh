@@ -226,6 +226,7 @@ struct KernelTraits {
     // loop, a row-sum share); then per query row its maximum, row sum and sum of rounded P for to_row_layout.
     float swapped_exchange[kSplitDv ? 4 : 1][kSplitDv ? kSwappedRows : 1];
     float swapped_row_stats[kSplitDv ? 3 : 1][kSplitDv ? kSwappedRows : 1];
+    cutlass::arch::ClusterBarrier swapped_sync;  // the loop's warpgroup barrier (128 arrivals; split dv only)
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes * kCtasPerSm <= 227 * 1024, "shared memory over the SM90 limit for kCtasPerSm CTAs");

@@ -87,11 +87,25 @@ struct MainloopSwapped {
     }
   }
 
+  // The first MMA warpgroup's own barrier: an mbarrier of 128 arrivals (smem.swapped_sync), not a named barrier.
+  // compute-sanitizer's racecheck loses the order of to_row_layout's 256-thread hand-over after named barriers that
+  // one warpgroup passed alone, and keeps it after mbarriers (scripts/racecheck_probe.cu). Each thread carries the
+  // parity of the phase it waits for.
+  struct WarpgroupSync {
+    uint32_t phase = 0;
+    CUTE_DEVICE void sync(SharedStorage& smem) {
+      smem.swapped_sync.arrive();
+      smem.swapped_sync.wait(phase);
+      phase ^= 1;
+    }
+  };
+
   // Max (kMax) or sum of x over the 32 threads of the warpgroup that hold the same query row (lane % 4 and the
   // four warps), through swapped_exchange; every thread gets the result. Two warpgroup barriers: the exchange is
   // free again when this returns.
   template <bool kMax>
-  CUTE_DEVICE static void warpgroup_column_reduce(SharedStorage& smem, int thread, float (&x)[2]) {
+  CUTE_DEVICE static void warpgroup_column_reduce(SharedStorage& smem, int thread, WarpgroupSync& wg_sync,
+                                                  float (&x)[2]) {
     CUTE_UNROLL
     for (int c = 0; c < 2; ++c) {
       CUTE_UNROLL
@@ -101,7 +115,7 @@ struct MainloopSwapped {
       }
       if (thread % 32 < 4) { smem.swapped_exchange[thread / 32][query_row(thread, c)] = x[c]; }
     }
-    cutlass::arch::NamedBarrier::sync(128, kSwappedWarpgroup);
+    wg_sync.sync(smem);
     CUTE_UNROLL
     for (int c = 0; c < 2; ++c) {
       const int row = query_row(thread, c);
@@ -110,14 +124,14 @@ struct MainloopSwapped {
       x[c] = kMax ? fmaxf(fmaxf(v[0], v[kWarpStride]), fmaxf(v[2 * kWarpStride], v[3 * kWarpStride]))
                   : (v[0] + v[kWarpStride]) + (v[2 * kWarpStride] + v[3 * kWarpStride]);
     }
-    cutlass::arch::NamedBarrier::sync(128, kSwappedWarpgroup);
+    wg_sync.sync(smem);
   }
 
   // The first MMA warpgroup (thread 0..127): the KV loop of one query tile; O^T, the row maxima and the row-sum
   // shares stay in registers for to_row_layout. The range must not be empty.
   CUTE_DEVICE static void run(SharedStorage& smem, PipelineK& pipeline_k, PipelineVt& pipeline_vt,
                               const Mask<Traits::kBlockM, kBlockN>& mask, KvBlockRange range, int thread,
-                              OnlineSoftmax& softmax, FragmentOt& tOrOt, bool kv_shared) {
+                              OnlineSoftmax& softmax, FragmentOt& tOrOt, bool kv_shared, WarpgroupSync& wg_sync) {
     TiledMmaSt tiled_mma_st;
     TiledMmaOt tiled_mma_ot;
     auto thr_mma_st = tiled_mma_st.get_thread_slice(thread);
@@ -181,7 +195,7 @@ struct MainloopSwapped {
       }
       float block_max[2] = {fmaxf(tStS(Acc::of(0, 0, 0)), tStS(Acc::of(0, 1, 0))),
                             fmaxf(tStS(Acc::of(1, 0, 0)), tStS(Acc::of(1, 1, 0)))};
-      warpgroup_column_reduce</*kMax=*/true>(smem, thread, block_max);
+      warpgroup_column_reduce</*kMax=*/true>(smem, thread, wg_sync, block_max);
       CUTE_UNROLL
       for (int c = 0; c < 2; ++c) {
         const float scale = softmax.row_scale_log2(q_scale, c);
@@ -204,7 +218,7 @@ struct MainloopSwapped {
         }
       }
       cutlass::arch::fence_view_async_shared();  // the WGMMA reads sPt through the async proxy
-      cutlass::arch::NamedBarrier::sync(128, kSwappedWarpgroup);
+      wg_sync.sync(smem);
     };
 
     KState k_state;
@@ -257,14 +271,14 @@ struct MainloopSwapped {
   // row, rows past kRows empty, as the split-dv loop leaves them.
   template <class FragmentO>
   CUTE_DEVICE static void to_row_layout(SharedStorage& smem, int mma_thread, FragmentOt const& tOrOt,
-                                        OnlineSoftmax& softmax, FragmentO& tOrO) {
+                                        OnlineSoftmax& softmax, WarpgroupSync& wg_sync, FragmentO& tOrO) {
     float* o_stage = reinterpret_cast<float*>(smem.smem_vt.data());  // [ROWS][kStageRowFloats]
     if (mma_thread < 128) {
       const int thread = mma_thread;
       float sums[2] = {softmax.row_sum[0], softmax.row_sum[1]};
       float pv_sums[2] = {softmax.pv_sum[0], softmax.pv_sum[1]};
-      warpgroup_column_reduce</*kMax=*/false>(smem, thread, sums);
-      warpgroup_column_reduce</*kMax=*/false>(smem, thread, pv_sums);
+      warpgroup_column_reduce</*kMax=*/false>(smem, thread, wg_sync, sums);
+      warpgroup_column_reduce</*kMax=*/false>(smem, thread, wg_sync, pv_sums);
       if (thread < 4) {
         CUTE_UNROLL
         for (int c = 0; c < 2; ++c) {

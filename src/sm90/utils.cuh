@@ -24,10 +24,6 @@ enum NamedBarrierId : uint32_t {
   kQuantizeQWarpgroup2 = 5,
   kSplitDvPFull = 6,   // split dv: the score warpgroup has written P and the row factors (mainloop_split_dv.cuh)
   kSplitDvPEmpty = 7,  // split dv: the P V warpgroup has read them
-  // Split dv, swapped operands: the first MMA warpgroup's row-maximum exchange and its P^T stores
-  // (mainloop_swapped.cuh). The split-dv kernels have one quantizer barrier (kQuantizeQSplitDv), so the second's id
-  // is free there.
-  kSwappedWarpgroup = kQuantizeQWarpgroup1,
   // Split dv: both MMA warpgroups' rows of a 16-bit Q are in sQ (quantize_q.cuh). The split-dv kernels have no
   // per-warpgroup quantizer barriers, so this one takes the first's id: CUTLASS's NamedBarrier offers 8 (0-7).
   kQuantizeQSplitDv = kQuantizeQWarpgroup0,
