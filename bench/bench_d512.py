@@ -6,9 +6,11 @@ row), one E4M3 cache [num_blocks, 64, 1, 512] passed as both k and v (K = V: eac
 pages shuffled over the cache, seqused_k = context, max_seqlen_k 32768, causal, num_splits = 32 (vLLM's ceiling
 under full CUDA graphs), descales expand()ed to (B, Hkv), bf16 out. ``--layers`` layers, each with its own cache,
 in one CUDA graph with a 64 MB L2 flush before each layer; time per layer = (graph - flush-only graph) / layers,
-medians over replays (bench_decode.per_layer_us). The floor counts K = V once: kv_MB = requests * context * 512 B,
+medians over replays (bench_decode.per_layer_us). Timed under two flushes, as bench_decode does: `us` after a
+zero_() of the buffer (the L2 left full of dirty lines, whose write-back lands in the attention kernel), and
+`us_read_flush` after a read of it (clean lines, as a real step's weight reads leave them; docs/timing.md). The floor counts K = V once: kv_MB = requests * context * 512 B,
 plus q and out (bf16), over 4.27 TB/s (the H200's measured copy bandwidth, bench_decode.py). The target: >= 85% of
-the floor (floor_us / us >= 0.85) on every step of >= 128 MB.
+the floor (floor_us / us >= 0.85) on every step of >= 128 MB; the table shows it under both flushes.
 
 Prefill: 1k-16k tokens (16k in total per call: batch = 16384 / seqlen), 8 q heads on 1 kv head, causal and not;
 fp8attn on E4M3 q/k/v (k = v) against torch SDPA on the same values in bf16 (enable_gqa), interleaved timing in
@@ -18,7 +20,7 @@ causal. The target: >= 600 TFLOP/s non-causal at 16k and at least SDPA bf16 ever
     python bench/bench_d512.py [--layers 4] [--iters 50] [--skip-prefill] [--skip-decode] [--requests 8 128]
         [--contexts 32768] [--seqlens 16384]
 
-Writes bench/results/d512.json ({"rows": [{"kind": "decode", "name", "us", "floor_us", "kv_MB"}, {"kind":
+Writes bench/results/d512.json ({"rows": [{"kind": "decode", "name", "us", "floor_us", "kv_MB", "us_read_flush"}, {"kind":
 "prefill", "seqlen", "causal", "tflops", "sdpa_bf16_tflops"}]}); prints the tables last.
 """
 
@@ -35,7 +37,7 @@ import torch.nn.functional as F
 
 import bench_common as bc
 import fp8attn
-from bench_decode import per_layer_us
+from bench_decode import flush_suffix, per_layer_us
 from bench_prefill import sdpa_bf16, tflops
 
 E4M3 = torch.float8_e4m3fn
@@ -68,17 +70,23 @@ def decode_layer(requests: int, context: int, device: torch.device) -> Callable[
         v_descale=v_descale, num_splits=NUM_SPLITS)
 
 
-def bench_decode_step(requests: int, context: int, flush: bc.L2Flush, args: argparse.Namespace,
+def bench_decode_step(requests: int, context: int, flushes: list[bc.L2Flush], args: argparse.Namespace,
                       device: torch.device) -> dict[str, Any]:
+    """The step under each flush: the first gives `us` and `floor_fraction`, the others the same keys with
+    their suffix (`us_read_flush`)."""
     calls = [decode_layer(requests, context, device) for _ in range(args.layers)]
-    us = per_layer_us(calls, flush, args)
     kv_bytes = requests * context * KV_HEADS * D
     q_out_bytes = requests * Q_HEADS * D * (2 + 2)
     floor_us = (kv_bytes + q_out_bytes) / HBM_BYTES_PER_S * 1e6
-    return {"kind": "decode", "name": f"gemma4-31b-tp4-global-{requests}x1-{context // 1024}k", "us": us,
-            "floor_us": floor_us, "kv_MB": kv_bytes / 1e6, "floor_fraction": floor_us / us,
-            "requests": requests, "context": context, "q_heads": Q_HEADS, "kv_heads": KV_HEADS,
-            "page_size": PAGE, "num_splits": NUM_SPLITS, "q_dtype": "bfloat16", "kv_shared": True}
+    row = {"kind": "decode", "name": f"gemma4-31b-tp4-global-{requests}x1-{context // 1024}k",
+           "floor_us": floor_us, "kv_MB": kv_bytes / 1e6, "requests": requests, "context": context,
+           "q_heads": Q_HEADS, "kv_heads": KV_HEADS, "page_size": PAGE, "num_splits": NUM_SPLITS,
+           "q_dtype": "bfloat16", "kv_shared": True}
+    for i, flush in enumerate(flushes):
+        suffix = "" if i == 0 else flush_suffix(flush.kind)
+        us = per_layer_us(calls, flush, args)
+        row["us" + suffix], row["floor_fraction" + suffix] = us, floor_us / us
+    return row
 
 
 def bench_prefill_row(seqlen: int, causal: bool, flush: bc.L2Flush, args: argparse.Namespace,
@@ -114,15 +122,18 @@ def main() -> None:
     parser.add_argument("--contexts", type=int, nargs="+", default=list(DECODE_CONTEXTS), help="decode context lengths")
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--skip-prefill", action="store_true")
+    parser.add_argument("--flush-kinds", nargs="+", choices=bc.L2Flush.KINDS, default=["zero", "read"],
+                        help="L2 flushes to time decode under, the first giving `us` (bench_decode.py's option)")
     parser.add_argument("--ours-only", action="store_true", help="time fp8attn alone (no SDPA): A/B runs (ab_libs.py)")
     parser.add_argument("--out-dir", type=Path, default=bc.RESULTS_DIR)
     args = parser.parse_args()
     device = bc.require_device()
-    flush = bc.L2Flush(device)
+    flushes = [bc.L2Flush(device, kind=kind) for kind in args.flush_kinds]
+    flush = flushes[0]
     rows: list[dict[str, Any]] = []
     if not args.skip_decode:
         for requests, context in ((r, c) for r in args.requests for c in args.contexts):
-            rows.append(bench_decode_step(requests, context, flush, args, device))
+            rows.append(bench_decode_step(requests, context, flushes, args, device))
             print(f"{rows[-1]['name']}: {rows[-1]['us']:.1f} us, floor {rows[-1]['floor_us']:.1f} us", flush=True)
             torch.cuda.empty_cache()
     if not args.skip_prefill:
@@ -134,13 +145,17 @@ def main() -> None:
     meta = bc.run_metadata()
     bc.write_json(args.out_dir / "d512.json", {"rows": rows, "commit": meta["commit"], "gpu": meta["gpu"],
                                                "date": meta["date"], "meta": meta, "flush_bytes": flush.nbytes,
-                                               "hbm_bytes_per_s": HBM_BYTES_PER_S})
+                                               "flush_kinds": args.flush_kinds, "hbm_bytes_per_s": HBM_BYTES_PER_S})
     decode = [r for r in rows if r["kind"] == "decode"]
     if decode:
-        print(bc.format_table(["step", "kv MB", "us", "floor us", "floor / us", ">= 85% (>= 128 MB)"],
-                              [[r["name"], r["kv_MB"], r["us"], r["floor_us"], r["floor_fraction"],
-                                "yes" if r["floor_fraction"] >= 0.85 else ("no" if r["kv_MB"] >= 128 else "-")]
-                               for r in decode]))
+        suffixes = [""] + [flush_suffix(kind) for kind in args.flush_kinds[1:]]
+        names = [f", {kind}" for kind in args.flush_kinds]
+        print(bc.format_table(
+            ["step", "kv MB", "floor us"] + [h + n for n in names for h in ("us", "floor / us")] +
+            [">= 85% (>= 128 MB)" + n for n in names],
+            [[r["name"], r["kv_MB"], r["floor_us"]] + [r[k + s] for s in suffixes for k in ("us", "floor_fraction")] +
+             ["yes" if r["floor_fraction" + s] >= 0.85 else ("no" if r["kv_MB"] >= 128 else "-") for s in suffixes]
+             for r in decode]))
     prefill = [r for r in rows if r["kind"] == "prefill"]
     if prefill:
         print(bc.format_table(["seqlen", "causal", "TFLOP/s", "sdpa bf16", "x sdpa"],
