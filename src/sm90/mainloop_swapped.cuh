@@ -199,11 +199,8 @@ struct MainloopSwapped {
       CUTE_UNROLL
       for (int c = 0; c < 2; ++c) {
         const float scale = softmax.row_scale_log2(q_scale, c);
-        const float new_max = fmaxf(softmax.row_max[c], block_max[c]);
-        const float max_ref = new_max == -INFINITY ? 0.f : new_max;  // no -inf - -inf = NaN for an empty row
-        rescale[c] = exp2_approx((softmax.row_max[c] - max_ref) * scale);
-        softmax.row_max[c] = new_max;
-        const float exp_offset = max_ref * scale - kFp8MaxOffset;
+        float exp_offset;
+        rescale[c] = softmax.raise_max(c, block_max[c], scale, exp_offset);
         float p[2];
         CUTE_UNROLL
         for (int h = 0; h < 2; ++h) { p[h] = exp2_approx(fmaf(tStS(Acc::of(c, h, 0)), scale, -exp_offset)); }

@@ -66,6 +66,18 @@ struct OnlineSoftmax {
     return softcap_tanh_scale != 0.f ? scale_log2 : scale_log2 * q_scale[h];
   }
 
+  // Row h's maximum raised to include block_max (already reduced over the row's threads), in raw score units.
+  // Returns the factor for O and what went before, and sets the exponent's offset m * scale - 8 for the block's P.
+  // A row with no visible key yet keeps -inf and uses 0 as its reference, so no -inf - -inf = NaN appears.
+  CUTE_DEVICE float raise_max(int h, float block_max, float scale, float& exp_offset) {
+    const float new_max = fmaxf(row_max[h], block_max);
+    const float max_ref = new_max == -INFINITY ? 0.f : new_max;
+    const float o_rescale = exp2_approx((row_max[h] - max_ref) * scale);
+    row_max[h] = new_max;
+    exp_offset = max_ref * scale - kFp8MaxOffset;
+    return o_rescale;
+  }
+
   template <bool kRowHalvesInterleaved, class TensorS, class RowScale>
   CUTE_DEVICE void online(TensorS& tSrS, float (&o_rescale)[2], const RowScale& q_scale) {
     using Acc = AccumulatorIndex;
@@ -74,14 +86,9 @@ struct OnlineSoftmax {
     float exp_offset[2];  // m * scale_log2 - 8 per row half
     // The larger of the two scores of row half h in n8 block j.
     auto pair_max = [&](int h, int j) { return fmaxf(tSrS(Acc::of(0, h, j)), tSrS(Acc::of(1, h, j))); };
-    // Row half h: the new maximum, the factor for O, and the offset of the exponentials.
+    // Row half h: the new maximum over the quad, the factor for O, and the offset of the exponentials.
     auto update_max = [&](int h, float block_max) {
-      const float new_max = fmaxf(row_max[h], quad_allreduce_max(block_max));
-      // A row with no visible key yet keeps -inf; use 0 as its reference so no -inf - -inf = NaN appears.
-      const float max_ref = new_max == -INFINITY ? 0.f : new_max;
-      o_rescale[h] = exp2_approx((row_max[h] - max_ref) * scale[h]);
-      row_max[h] = new_max;
-      exp_offset[h] = max_ref * scale[h] - kFp8MaxOffset;
+      o_rescale[h] = raise_max(h, quad_allreduce_max(block_max), scale[h], exp_offset[h]);
     };
     auto exponentiate = [&](int h, int j, float& sum) {  // the n8 block j of row half h; its P added to sum
       CUTE_UNROLL
