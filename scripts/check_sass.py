@@ -35,14 +35,21 @@ _INSTRUCTION_RE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+((?:@!?U?P[0-9T]\s+)?([A-Z]
 DEFAULT_SHOW = ["QGMMA", "MUFU", "FFMA", "FMNMX", "FADD", "F2FP", "PRMT", "LDSM", "STSM", "STL", "LDL"]
 
 
+# An anonymous namespace's mangled name carries a hash of the file's build path (_GLOBAL__N__859655b8_...), so the
+# same kernel built in two trees would not pair up; the hash is zeroed (same length: the mangled length stays).
+_ANONYMOUS_HASH_RE = re.compile(r"(_GLOBAL__N__)([0-9a-f]+)(_)")
+
+
 def parse_sass(text: str) -> dict[str, list[tuple[str, str]]]:
-    """Function (mangled name) -> its instructions as (opcode, instruction text without address or encoding)."""
+    """Function (mangled name, anonymous-namespace hash zeroed) -> its instructions as (opcode, instruction text
+    without address or encoding)."""
     functions: dict[str, list[tuple[str, str]]] = {}
     current: list[tuple[str, str]] | None = None
     for line in text.splitlines():
         m = _FUNCTION_RE.match(line)
         if m:
-            current = functions.setdefault(m.group(1), [])
+            name = _ANONYMOUS_HASH_RE.sub(lambda h: h[1] + "0" * len(h[2]) + h[3], m.group(1))
+            current = functions.setdefault(name, [])
             continue
         m = _INSTRUCTION_RE.match(line)
         if m and current is not None:

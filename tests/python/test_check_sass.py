@@ -39,3 +39,13 @@ def test_labels_a_forward_kernel_by_its_traits() -> None:
                  "(bool)1>, fp8attn::sm90::KernelParams<fp8attn::sm90::KernelTraits<(int)64, (int)64, (int)192, "
                  "(int)128, (bool)1> > >(fp8attn::sm90::KernelParams<...>)")
     assert check_sass.label(demangled, 70) == "fwd_kernel<64, 64, 192, 128, 1>"
+
+
+def test_pairs_anonymous_namespace_kernels_of_two_build_trees() -> None:
+    # The same kernel built under two paths: its anonymous namespace's hash differs, the key must not.
+    name = "_ZN7fp8attn4sm9043_GLOBAL__N__{}_10_combine_cu_4bc5e62614combine_kernelENS0_11CombineArgsE"
+    dumps = [f"\t\tFunction : {name.format(h)}\n"
+             "        /*0000*/                   EXIT ;                                                  /* 0x... */\n"
+             for h in ("859655b8", "3dc8ca98")]
+    keys = [set(check_sass.parse_sass(d)) for d in dumps]
+    assert keys[0] == keys[1] == {name.format("00000000")}
