@@ -100,29 +100,36 @@ struct MainloopSwapped {
     }
   };
 
-  // Max (kMax) or sum of x over the 32 threads of the warpgroup that hold the same query row (lane % 4 and the
-  // four warps), through swapped_exchange; every thread gets the result. Two warpgroup barriers: the exchange is
-  // free again when this returns.
-  template <bool kMax>
+  // Max (kMax) or sum of each of x's kStats values over the 32 threads of the warpgroup that hold the same query
+  // row (lane % 4 and the four warps), through swapped_exchange; every thread gets the results. Two warpgroup
+  // barriers whatever kStats: the exchange is free again when this returns.
+  template <bool kMax, int kStats>
   CUTE_DEVICE static void warpgroup_column_reduce(SharedStorage& smem, int thread, WarpgroupSync& wg_sync,
-                                                  float (&x)[2]) {
+                                                  float (&x)[kStats][2]) {
+    static_assert(kStats <= int(sizeof(smem.swapped_exchange) / sizeof(smem.swapped_exchange[0])), "exchange");
     CUTE_UNROLL
-    for (int c = 0; c < 2; ++c) {
+    for (int s = 0; s < kStats; ++s) {
       CUTE_UNROLL
-      for (int lane_mask = 4; lane_mask < 32; lane_mask *= 2) {
-        const float other = __shfl_xor_sync(0xffffffff, x[c], lane_mask);
-        x[c] = kMax ? fmaxf(x[c], other) : x[c] + other;
+      for (int c = 0; c < 2; ++c) {
+        CUTE_UNROLL
+        for (int lane_mask = 4; lane_mask < 32; lane_mask *= 2) {
+          const float other = __shfl_xor_sync(0xffffffff, x[s][c], lane_mask);
+          x[s][c] = kMax ? fmaxf(x[s][c], other) : x[s][c] + other;
+        }
+        if (thread % 32 < 4) { smem.swapped_exchange[s][thread / 32][query_row(thread, c)] = x[s][c]; }
       }
-      if (thread % 32 < 4) { smem.swapped_exchange[thread / 32][query_row(thread, c)] = x[c]; }
     }
     wg_sync.sync(smem);
     CUTE_UNROLL
-    for (int c = 0; c < 2; ++c) {
-      const int row = query_row(thread, c);
-      const float* v = smem.swapped_exchange[0] + row;
-      constexpr int kWarpStride = kRows;
-      x[c] = kMax ? fmaxf(fmaxf(v[0], v[kWarpStride]), fmaxf(v[2 * kWarpStride], v[3 * kWarpStride]))
-                  : (v[0] + v[kWarpStride]) + (v[2 * kWarpStride] + v[3 * kWarpStride]);
+    for (int s = 0; s < kStats; ++s) {
+      CUTE_UNROLL
+      for (int c = 0; c < 2; ++c) {
+        const int row = query_row(thread, c);
+        const float* v = smem.swapped_exchange[s][0] + row;
+        constexpr int kWarpStride = kRows;
+        x[s][c] = kMax ? fmaxf(fmaxf(v[0], v[kWarpStride]), fmaxf(v[2 * kWarpStride], v[3 * kWarpStride]))
+                       : (v[0] + v[kWarpStride]) + (v[2 * kWarpStride] + v[3 * kWarpStride]);
+      }
     }
     wg_sync.sync(smem);
   }
@@ -193,14 +200,14 @@ struct MainloopSwapped {
           }
         }
       }
-      float block_max[2] = {fmaxf(tStS(Acc::of(0, 0, 0)), tStS(Acc::of(0, 1, 0))),
-                            fmaxf(tStS(Acc::of(1, 0, 0)), tStS(Acc::of(1, 1, 0)))};
+      float block_max[1][2] = {{fmaxf(tStS(Acc::of(0, 0, 0)), tStS(Acc::of(0, 1, 0))),
+                                fmaxf(tStS(Acc::of(1, 0, 0)), tStS(Acc::of(1, 1, 0)))}};
       warpgroup_column_reduce</*kMax=*/true>(smem, thread, wg_sync, block_max);
       CUTE_UNROLL
       for (int c = 0; c < 2; ++c) {
         const float scale = softmax.row_scale_log2(q_scale, c);
         float exp_offset;
-        rescale[c] = softmax.raise_max(c, block_max[c], scale, exp_offset);
+        rescale[c] = softmax.raise_max(c, block_max[0][c], scale, exp_offset);
         float p[2];
         CUTE_UNROLL
         for (int h = 0; h < 2; ++h) { p[h] = exp2_approx(fmaf(tStS(Acc::of(c, h, 0)), scale, -exp_offset)); }
@@ -272,17 +279,16 @@ struct MainloopSwapped {
     float* o_stage = reinterpret_cast<float*>(smem.smem_vt.data());  // [ROWS][kStageRowFloats]
     if (mma_thread < 128) {
       const int thread = mma_thread;
-      float sums[2] = {softmax.row_sum[0], softmax.row_sum[1]};
-      float pv_sums[2] = {softmax.pv_sum[0], softmax.pv_sum[1]};
+      // Both sums in one exchange: [0] the row sums' shares, [1] the sums of rounded P.
+      float sums[2][2] = {{softmax.row_sum[0], softmax.row_sum[1]}, {softmax.pv_sum[0], softmax.pv_sum[1]}};
       warpgroup_column_reduce</*kMax=*/false>(smem, thread, wg_sync, sums);
-      warpgroup_column_reduce</*kMax=*/false>(smem, thread, wg_sync, pv_sums);
       if (thread < 4) {
         CUTE_UNROLL
         for (int c = 0; c < 2; ++c) {
           const int row = query_row(thread, c);
           smem.swapped_row_stats[0][row] = softmax.row_max[c];
-          smem.swapped_row_stats[1][row] = sums[c];
-          smem.swapped_row_stats[2][row] = pv_sums[c];
+          smem.swapped_row_stats[1][row] = sums[0][c];
+          smem.swapped_row_stats[2][row] = sums[1][c];
         }
       }
       // O^T value i: dv row 64 * (i / 4) + key-row of the m64 tile's accumulator, query row (column) c.
