@@ -52,6 +52,10 @@ DECODE_REQUESTS = (8, 32, 128)
 DECODE_CONTEXTS = (4096, 8192, 32768)
 
 
+def step_name(requests: int, context: int) -> str:
+    return f"gemma4-31b-tp4-global-{requests}x1-{context // 1024}k"
+
+
 def decode_layer(requests: int, context: int, device: torch.device) -> Callable[[], Any]:
     """One global layer's decode call on its own cache (K = V)."""
     pages = math.ceil(context / PAGE)
@@ -78,7 +82,7 @@ def bench_decode_step(requests: int, context: int, flushes: list[bc.L2Flush], ar
     kv_bytes = requests * context * KV_HEADS * D
     q_out_bytes = requests * Q_HEADS * D * (2 + 2)
     floor_us = (kv_bytes + q_out_bytes) / HBM_BYTES_PER_S * 1e6
-    row = {"kind": "decode", "name": f"gemma4-31b-tp4-global-{requests}x1-{context // 1024}k",
+    row = {"kind": "decode", "name": step_name(requests, context),
            "floor_us": floor_us, "kv_MB": kv_bytes / 1e6, "requests": requests, "context": context,
            "q_heads": Q_HEADS, "kv_heads": KV_HEADS, "page_size": PAGE, "num_splits": NUM_SPLITS,
            "q_dtype": "bfloat16", "kv_shared": True}

@@ -10,6 +10,7 @@ For each shape and library, per layer (median over layers and replays), microsec
   step     flush end -> next flush start (what bench_decode.py's per-layer time measures, less the flush)
 
     python bench/decode_timeline.py [--shapes llama3.1-8b-tp1-1x1-4k ...] [--replays 5] [--json out.json]
+    python bench/decode_timeline.py --d512 8x4096 128x4096 ...   (bench_d512.py's Gemma-4 global-layer steps instead)
 
 A diagnostic, not a benchmark: profiling adds no work inside the graph, but keep the timed numbers from
 bench_decode.py.
@@ -27,6 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import bench_common as bc
+import bench_d512
 import bench_decode as bd
 
 
@@ -103,13 +105,19 @@ def main() -> None:
                         help="flush buffer between layers, KiB (4: a fill kernel that evicts nothing, for warm caches)")
     parser.add_argument("--flush-kind", choices=bc.L2Flush.KINDS, default="zero",
                         help="evict by writing the buffer (zero_) or by reading it (bench_common.L2Flush)")
+    parser.add_argument("--d512", nargs="+", metavar="REQUESTSxCONTEXT",
+                        help="time bench_d512.py's decode steps (e.g. 8x4096) instead of the shapes file's (fp8attn only)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
 
-    spec = json.loads(bd.shapes_path().read_text())
-    shapes = [s for s in spec["shapes"] if not args.shapes or s["name"] in args.shapes]
     device = bc.require_device()
     flush = bc.L2Flush(device, args.flush_kb << 10, kind=args.flush_kind)
+    if args.d512:
+        rows = [d512_row(step, device, flush, args) for step in args.d512]
+        print_and_write(rows, args)
+        return
+    spec = json.loads(bd.shapes_path().read_text())
+    shapes = [s for s in spec["shapes"] if not args.shapes or s["name"] in args.shapes]
     libs = {"fp8attn": bd.ours}
     if bc.importable("flash_attn_interface"):
         libs["fa3_fp8"] = bd.fa3_fp8
@@ -122,6 +130,23 @@ def main() -> None:
             print(f"{shape['name']} {lib}: kernels {names}")
         del layers
         torch.cuda.empty_cache()
+    print_and_write(rows, args)
+
+
+def d512_row(step: str, device: torch.device, flush: bc.L2Flush, args: argparse.Namespace) -> dict[str, Any]:
+    """One of bench_d512.py's decode steps ("8x4096": requests x context), its layers as that benchmark builds them."""
+    requests, context = (int(x) for x in step.lower().split("x"))
+    calls = [bench_d512.decode_layer(requests, context, device) for _ in range(args.layers)]
+    phases, names = timeline(calls, flush, args.replays)
+    del calls
+    torch.cuda.empty_cache()
+    name = bench_d512.step_name(requests, context)
+    print(f"{name} fp8attn: kernels {names}")
+    return {"shape": name, "lib": "fp8attn", "flush_kb": args.flush_kb, "flush_kind": args.flush_kind, **phases,
+            "kernels": names}
+
+
+def print_and_write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     headers = ["shape", "lib", "gap_in", "fwd", "gap_mid", "combine", "span", "step"]
     print(bc.format_table(headers, [[r["shape"], r["lib"], *(r.get(h) for h in headers[2:])] for r in rows]))
     if args.json:
