@@ -11,17 +11,13 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <ctime>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "cuda_check.h"
+#include "host_timing.h"
 
 namespace {
 
@@ -33,35 +29,9 @@ struct Params {
 template <int kBytes>
 __global__ void empty_kernel(Params<kBytes>) {}
 
-constexpr int kCalls = 20000;
-constexpr int kBatch = 256;
-constexpr int kRuns = 5;
 constexpr int kBlocks = 132;
 constexpr int kThreads = 384;
 constexpr int kLargeSmem = 200 * 1024;
-
-struct Row {
-  std::string piece;
-  double ns;
-};
-
-double median_ns_per_call(const std::function<void()>& call, cudaStream_t stream) {
-  for (int i = 0; i < kBatch; ++i) call();  // warm-up: first-launch setup, attribute caches
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  std::vector<double> runs;
-  for (int run = 0; run < kRuns; ++run) {
-    double total_ns = 0;
-    for (int done = 0; done < kCalls; done += kBatch) {
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < kBatch; ++i) call();
-      total_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
-      CHECK_CUDA(cudaStreamSynchronize(stream));
-    }
-    runs.push_back(total_ns / kCalls);
-  }
-  std::sort(runs.begin(), runs.end());
-  return runs[kRuns / 2];
-}
 
 template <int kBytes>
 cudaError_t launch_ex(cudaStream_t stream, int smem, bool pdl) {
@@ -92,9 +62,9 @@ int main() {
   void* device_buffer = nullptr;
   CHECK_CUDA(cudaMalloc(&device_buffer, 1 << 20));
 
-  std::vector<Row> rows;
+  std::vector<fp8attn::bench::Row> rows;
   auto measure = [&](const char* piece, const std::function<void()>& call) {
-    rows.push_back({piece, median_ns_per_call(call, stream)});
+    rows.push_back({piece, fp8attn::bench::median_ns_per_call(call, stream)});
     CHECK_CUDA(cudaGetLastError());
   };
   measure("cudaGetDevice", [] {
@@ -171,25 +141,10 @@ int main() {
   CHECK_CUDA(cudaFree(device_buffer));
   CHECK_CUDA(cudaStreamDestroy(stream));
 
-  std::printf("%-48s %10s\n", "piece", "ns/call");
-  for (const Row& row : rows) std::printf("%-48s %10.1f\n", row.piece.c_str(), row.ns);
-
-  const char* results_dir = std::getenv("FP8ATTN_RESULTS_DIR");
-  if (results_dir == nullptr) return 0;
-  char date[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
-  const std::string path = std::string(results_dir) + "/host_pieces.json";
-  std::ofstream json(path);
-  json << "{\n \"about\": \"Host nanoseconds per call of the CUDA calls of one eager fp8attn call "
-          "(bench/bench_launch_cost.cu: 20000 calls in batches of 256, the stream synchronized between batches "
-          "outside the timing, median of 5 runs; empty kernels of 132 x 384 threads).\",\n";
-  json << " \"date\": \"" << date << "\",\n \"gpu\": \"" << prop.name << "\",\n \"rows\": [\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    json << "  {\"piece\": \"" << rows[i].piece << "\", \"ns\": " << rows[i].ns << "}"
-         << (i + 1 < rows.size() ? ",\n" : "\n");
-  }
-  json << " ]\n}\n";
-  std::printf("wrote %s\n", path.c_str());
+  fp8attn::bench::report(rows, "host_pieces.json",
+                         "Host nanoseconds per call of the CUDA calls of one eager fp8attn call "
+                         "(bench/bench_launch_cost.cu: 20000 calls in batches of 256, the stream synchronized between "
+                         "batches outside the timing, median of 5 runs; empty kernels of 132 x 384 threads).",
+                         prop.name);
   return 0;
 }
