@@ -8,9 +8,10 @@ under full CUDA graphs), descales expand()ed to (B, Hkv), bf16 out. ``--layers``
 in one CUDA graph with a 64 MB L2 flush before each layer; time per layer = (graph - flush-only graph) / layers,
 medians over replays (bench_decode.per_layer_us). Timed under two flushes, as bench_decode does: `us` after a
 zero_() of the buffer (the L2 left full of dirty lines, whose write-back lands in the attention kernel), and
-`us_read_flush` after a read of it (clean lines, as a real step's weight reads leave them; docs/timing.md). The floor counts K = V once: kv_MB = requests * context * 512 B,
-plus q and out (bf16), over 4.27 TB/s (the H200's measured copy bandwidth, bench_decode.py). The target: >= 85% of
-the floor (floor_us / us >= 0.85) on every step of >= 128 MB; the table shows it under both flushes.
+`us_read_flush` after a read of it (clean lines, as a real step's weight reads leave them; docs/timing.md). The
+floor counts K = V once: kv_MB = requests * context * 512 B, plus q and out (bf16), over 4.27 TB/s (the H200's
+measured copy bandwidth, bench_decode.py). The target: >= 85% of the floor (floor_us / us >= 0.85) on every step
+of >= 128 MB; the table shows it under both flushes.
 
 Prefill: 1k-16k tokens (16k in total per call: batch = 16384 / seqlen), 8 q heads on 1 kv head, causal and not;
 fp8attn on E4M3 q/k/v (k = v) against torch SDPA on the same values in bf16 (enable_gqa), interleaved timing in
@@ -20,8 +21,8 @@ causal. The target: >= 600 TFLOP/s non-causal at 16k and at least SDPA bf16 ever
     python bench/bench_d512.py [--layers 4] [--iters 50] [--skip-prefill] [--skip-decode] [--requests 8 128]
         [--contexts 32768] [--seqlens 16384]
 
-Writes bench/results/d512.json ({"rows": [{"kind": "decode", "name", "us", "floor_us", "kv_MB", "us_read_flush"}, {"kind":
-"prefill", "seqlen", "causal", "tflops", "sdpa_bf16_tflops"}]}); prints the tables last.
+Writes bench/results/d512.json ({"rows": [{"kind": "decode", "name", "us", "floor_us", "kv_MB", "us_read_flush"},
+{"kind": "prefill", "seqlen", "causal", "tflops", "sdpa_bf16_tflops"}]}); prints the tables last.
 """
 
 from __future__ import annotations

@@ -106,7 +106,8 @@ def main() -> None:
     parser.add_argument("--flush-kind", choices=bc.L2Flush.KINDS, default="zero",
                         help="evict by writing the buffer (zero_) or by reading it (bench_common.L2Flush)")
     parser.add_argument("--d512", nargs="+", metavar="REQUESTSxCONTEXT",
-                        help="time bench_d512.py's decode steps (e.g. 8x4096) instead of the shapes file's (fp8attn only)")
+                        help="time bench_d512.py's decode steps (e.g. 8x4096) instead of the shapes file's "
+                             "(fp8attn only)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
 
