@@ -9,12 +9,19 @@ paid per layer and step. For each shape:
                 kept in eager_us_runs). Calls run back to back without waiting for
                 the GPU (the stream is synchronized every --sync-every calls, outside the timing, so the
                 launch queue never fills): the time is the host's alone.
-  op_us         the same for the op's entry point that the wrapper calls (``fp8attn.interface._FWD_EAGER``,
-                the C++ function behind ``torch.ops.fp8attn.fwd.default``) called directly: the op without the
-                Python wrapper's argument handling.
+  op_us         the same for the dispatcher op's entry point (``fp8attn.interface._FWD_EAGER``, the C++ function
+                behind ``torch.ops.fp8attn.fwd.default``) called directly: the op through torch's dispatcher,
+                without the Python wrapper. The wrapper itself calls the eager entry (``fp8attn.ops.EAGER_FWD``,
+                no dispatcher) where it is loaded (``eager_entry`` in the JSON), else that op.
   gpu_us        the call's GPU time: one call captured in a CUDA graph, median replay (warm L2).
   fa3_eager_us  eager_us of FA3's ``flash_attn_with_kvcache`` (decode) / ``flash_attn_varlen_func`` (prefill)
                 on the same FP8 tensors, or null when FA3 does not import or fails.
+  eager_plain_us, op_plain_us
+                eager_us and op_us outside torch.inference_mode. The other columns are timed inside it, as vLLM
+                calls attention: its worker and model runner run the model under ``@torch.inference_mode()``
+                (vllm/v1/worker/gpu_worker.py:426 ``Worker.execute_model``, gpu_model_runner.py:2230
+                ``GPUModelRunner.execute_model`` and :2896 ``_dummy_run``, which also captures the CUDA graphs;
+                v0.11.0, f71952c1c). There the dispatcher skips the op's autograd keys.
 With --breakdown, per decode shape also (where a split plan's extra host time goes; same timing):
   op_unsplit_us       op_us with num_splits=1 (one launch, no workspace);
   c_abi_us            the C ABI's fp8attn_fwd alone through ctypes, its params filled and its workspace allocated
@@ -33,6 +40,7 @@ and prints a table. ``backend`` records which torch op served the calls ("compil
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import statistics
@@ -181,17 +189,23 @@ def measure(name: str, calls: Calls, args: argparse.Namespace) -> dict:
     wrapper, op, fa3, extra = calls
     # --repeats alternates the wrapper and the op: one machine's host time drifts by 10-30% between runs a minute
     # apart (docs/perf.md, Host path), so a row is the median of several runs and keeps them.
-    eager_runs, op_runs = [], []
+    runs: dict[str, list[float]] = {"eager": [], "op": [], "eager_plain": [], "op_plain": []}
     for _ in range(args.repeats):
-        eager_runs.append(host_us(wrapper, args.calls, args.sync_every))
-        op_runs.append(host_us(op, args.calls, args.sync_every))
+        for mode, suffix in ((torch.inference_mode, ""), (contextlib.nullcontext, "_plain")):
+            with mode():
+                runs["eager" + suffix].append(host_us(wrapper, args.calls, args.sync_every))
+                runs["op" + suffix].append(host_us(op, args.calls, args.sync_every))
     gpu = gpu_us(wrapper)
-    fa3_us = bc.try_peer("fa3", lambda: host_us(fa3, args.calls, args.sync_every)) if fa3 else None
-    row = result_row(name, statistics.median(eager_runs), statistics.median(op_runs), gpu, fa3_us)
-    row["eager_us_runs"] = [round(x, 2) for x in eager_runs]
-    row["op_us_runs"] = [round(x, 2) for x in op_runs]
-    for key, fn in extra.items():
-        row[key] = round(statistics.median(host_us(fn, args.calls, args.sync_every) for _ in range(args.repeats)), 2)
+    with torch.inference_mode():
+        fa3_us = bc.try_peer("fa3", lambda: host_us(fa3, args.calls, args.sync_every)) if fa3 else None
+        row = result_row(name, statistics.median(runs["eager"]), statistics.median(runs["op"]), gpu, fa3_us)
+        for key, fn in extra.items():
+            row[key] = round(statistics.median(host_us(fn, args.calls, args.sync_every)
+                                               for _ in range(args.repeats)), 2)
+    row["eager_plain_us"] = round(statistics.median(runs["eager_plain"]), 2)
+    row["op_plain_us"] = round(statistics.median(runs["op_plain"]), 2)
+    for key, values in runs.items():
+        row[f"{key}_us_runs"] = [round(x, 2) for x in values]
     print(f"{name}: eager {row['eager_us']} us (op alone {row['op_us']}), GPU {row['gpu_us']} us, "
           f"FA3 eager {row['fa3_eager_us']}")
     return row
@@ -224,11 +238,14 @@ def main() -> None:
     meta = bc.run_metadata()
     bc.write_json(args.out_dir / "host_overhead.json", {
         "about": "Host microseconds per eager call (median of calls timed one by one, GPU never waited for inside "
-                 "the timing), GPU microseconds per call (graph replay), FA3's eager host microseconds; "
-                 "bench/bench_host.py.",
-        "backend": ops.BACKEND, "calls": args.calls, "shapes": rows, "meta": meta})
-    print(bc.format_table(["shape", "eager us", "op us", "GPU us", "FA3 eager us"],
-                          [[r["name"], r["eager_us"], r["op_us"], r["gpu_us"], r["fa3_eager_us"]] for r in rows]))
+                 "the timing) inside torch.inference_mode as vLLM calls it (the *_plain_us columns: outside it), "
+                 "GPU microseconds per call (graph replay), FA3's eager host microseconds; bench/bench_host.py.",
+        "grad_mode": "inference_mode",
+        "backend": ops.BACKEND, "eager_entry": ops.EAGER_FWD is not None,
+        "eager_entry_fallback_reason": ops.EAGER_FALLBACK_REASON, "calls": args.calls, "shapes": rows, "meta": meta})
+    print(bc.format_table(["shape", "eager us", "op us", "eager us (plain)", "op us (plain)", "GPU us", "FA3 eager us"],
+                          [[r["name"], r["eager_us"], r["op_us"], r["eager_plain_us"], r["op_plain_us"], r["gpu_us"],
+                            r["fa3_eager_us"]] for r in rows]))
     if args.breakdown:
         keys = ["op_us", "op_unsplit_us", "c_abi_us", "c_abi_unsplit_us", "workspace_alloc_us", "ctypes_call_us"]
         print(bc.format_table(["shape", *keys], [[r["name"], *(r.get(k) for k in keys)] for r in rows if "c_abi_us" in r]))

@@ -20,8 +20,12 @@ if(SKBUILD)
   if(TARGET fp8attn_torch)
     install(TARGETS fp8attn_torch LIBRARY DESTINATION fp8attn)
   endif()
+  if(TARGET fp8attn_eager)
+    install(TARGETS fp8attn_eager LIBRARY DESTINATION fp8attn)
+  endif()
   install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels.list DESTINATION fp8attn)
-  install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/src/torch_op/fwd_op.cpp DESTINATION fp8attn/_torch_op)
+  install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/src/torch_op/fwd_op.cpp ${CMAKE_CURRENT_SOURCE_DIR}/src/torch_op/fwd_call.h
+          DESTINATION fp8attn/_torch_op)
   install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/fp8attn/c_api.h
                 ${CMAKE_CURRENT_SOURCE_DIR}/include/fp8attn/export.h
                 ${CMAKE_CURRENT_SOURCE_DIR}/include/fp8attn/params.h

@@ -36,15 +36,17 @@ function(fp8attn_torch_op_skip reason)
   message(STATUS "fp8attn: not building libfp8attn_torch.so (${reason}); ${_then}")
 endfunction()
 
-# Sets _torch_out to "version;dir" of the torch that `${FP8ATTN_TORCH_PYTHON} [launcher...]` imports.
+# Sets _torch_out to "version;dir;full version;C++11 ABI;Python include dir;extension suffix" of the torch that
+# `${FP8ATTN_TORCH_PYTHON} [launcher...]` imports (the last four for the eager entry, built for that torch and
+# that Python).
 function(fp8attn_probe_torch)
   execute_process(
     COMMAND ${ARGN} "${FP8ATTN_TORCH_PYTHON}" -c
-            "import os, torch; print(torch.__version__.split('+')[0]); print(os.path.dirname(torch.__file__))"
+            "import os, sysconfig, torch; print(torch.__version__.split('+')[0]); print(os.path.dirname(torch.__file__)); print(torch.__version__); print(int(torch._C._GLIBCXX_USE_CXX11_ABI)); print(sysconfig.get_paths()['include']); print(sysconfig.get_config_var('EXT_SUFFIX'))"
     OUTPUT_VARIABLE _out ERROR_QUIET RESULT_VARIABLE _rc OUTPUT_STRIP_TRAILING_WHITESPACE)
   string(REPLACE "\n" ";" _out "${_out}")
   list(LENGTH _out _lines)
-  if(NOT _rc EQUAL 0 OR NOT _lines EQUAL 2)
+  if(NOT _rc EQUAL 0 OR NOT _lines EQUAL 6)
     set(_out "")
   endif()
   set(_torch_out "${_out}" PARENT_SCOPE)
@@ -84,6 +86,30 @@ if(NOT FP8ATTN_TORCH_OP STREQUAL "OFF")
                                                      INSTALL_RPATH "$ORIGIN")
       message(STATUS "fp8attn: building libfp8attn_torch.so against torch ${_torch_version} "
                      "(${_torch_dir}${_torch_where})")
+      # The eager entry (src/torch_op/eager_entry.cpp): the op's C++ called from Python without the dispatcher.
+      # It uses ATen and the Python C API, so it serves only the torch and the Python it was built for
+      # (fp8attn/ops.py checks TORCH_VERSION); elsewhere the package uses the op alone.
+      list(GET _torch_out 2 _torch_full_version)
+      list(GET _torch_out 3 _torch_cxx11_abi)
+      list(GET _torch_out 4 _python_include)
+      list(GET _torch_out 5 _python_ext_suffix)
+      if(EXISTS "${_python_include}/Python.h" AND EXISTS "${_torch_dir}/lib/libtorch_python.so")
+        add_library(fp8attn_eager MODULE src/torch_op/eager_entry.cpp)
+        target_include_directories(fp8attn_eager SYSTEM PRIVATE "${_torch_dir}/include"
+                                   "${_torch_dir}/include/torch/csrc/api/include" "${_python_include}")
+        target_compile_definitions(fp8attn_eager PRIVATE _GLIBCXX_USE_CXX11_ABI=${_torch_cxx11_abi}
+                                   FP8ATTN_EAGER_TORCH_VERSION="${_torch_full_version}")
+        target_compile_options(fp8attn_eager PRIVATE -Wall -Wextra)
+        target_link_options(fp8attn_eager PRIVATE "-L${_torch_dir}/lib")
+        target_link_libraries(fp8attn_eager PRIVATE fp8attn torch_python torch_cpu torch_cuda c10)
+        set_target_properties(fp8attn_eager PROPERTIES PREFIX "" OUTPUT_NAME fp8attn_eager
+                              SUFFIX "${_python_ext_suffix}" CXX_VISIBILITY_PRESET hidden INSTALL_RPATH "$ORIGIN")
+        message(STATUS "fp8attn: building the eager entry fp8attn_eager${_python_ext_suffix} for torch "
+                       "${_torch_full_version}")
+      else()
+        message(STATUS "fp8attn: not building the eager entry (no Python.h in ${_python_include} or no "
+                       "libtorch_python.so); eager calls go through torch's dispatcher")
+      endif()
     endif()
   endif()
 endif()

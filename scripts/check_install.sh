@@ -85,7 +85,8 @@ print("installed package:", ", ".join(f"{p.relative_to(package_dir)} ({p.stat().
 assert venv in package_dir.parents, f"fp8attn was imported from {package_dir}, not from the venv {venv}"
 assert Path(lib.path).resolve().parent == package_dir, f"loaded {lib.path}, not the package's own copy"
 assert lib.version() == fp8attn.__version__, (lib.version(), fp8attn.__version__)
-for shipped in ("_torch_op/fwd_op.cpp", "_torch_op/include/fp8attn/c_api.h", "_torch_op/include/fp8attn/params.h"):
+for shipped in ("_torch_op/fwd_op.cpp", "_torch_op/fwd_call.h", "_torch_op/include/fp8attn/c_api.h",
+                "_torch_op/include/fp8attn/params.h"):
     assert (package_dir / shipped).is_file(), f"the torch op's source {shipped} is not in the package"
 print("check_installed: ok")
 PY
@@ -113,7 +114,8 @@ from pathlib import Path
 wheels = sorted(Path(sys.argv[1]).glob("fp8attn-*.whl"))
 assert len(wheels) == 1, wheels
 names = zipfile.ZipFile(wheels[0]).namelist()
-for needed in ("fp8attn/libfp8attn.so", "fp8attn/__init__.py", "fp8attn/_torch_op/fwd_op.cpp"):
+for needed in ("fp8attn/libfp8attn.so", "fp8attn/__init__.py", "fp8attn/_torch_op/fwd_op.cpp",
+               "fp8attn/_torch_op/fwd_call.h"):
     assert needed in names, f"{wheels[0].name} lacks {needed}"
 print(f"{wheels[0].name}: {len(names)} files, {wheels[0].stat().st_size} B")
 PY

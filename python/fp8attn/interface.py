@@ -45,9 +45,11 @@ def _in_callers_words(message: str, function: str, spelling: dict[str, str]) -> 
 
 # The eager path costs host time on every layer of every step (bench/bench_host.py measures it; docs/perf.md,
 # "Host path"). So _call takes its arguments by position (16 keywords cost ~0.7 us more to bind), reads each
-# tensor attribute once, calls no helper where an expression does, and calls the op's C++ entry point directly
-# (the OpOverload's __call__ is one more Python frame that forwards *args: ~0.3 us).
+# tensor attribute once, calls no helper where an expression does, and calls the eager entry (ops.EAGER_FWD: no
+# dispatcher), else the op's C++ entry point directly (the OpOverload's __call__ is one more Python frame that
+# forwards *args: ~0.3 us).
 _FWD_EAGER = getattr(_FWD, "_op", _FWD)
+_EAGER_FWD = ops.EAGER_FWD
 
 
 def _call(
@@ -87,10 +89,17 @@ def _call(
         _FWD(*args)
         return (out, lse) if return_lse else out
     try:
-        try:
-            _FWD_EAGER(*args)
-        except RuntimeError as err:
-            ops.reraise(err)  # the compiled op's refusals, as the exception types the ctypes op raises
+        served = False
+        if _EAGER_FWD is not None:
+            try:
+                served = _EAGER_FWD(*args) is None  # NotImplemented: the dispatcher must see this call
+            except RuntimeError as err:
+                ops.reraise(err, eager=True)
+        if not served:
+            try:
+                _FWD_EAGER(*args)
+            except RuntimeError as err:
+                ops.reraise(err)  # the compiled op's refusals, as the exception types the ctypes op raises
     except (ValueError, NotImplementedError) as err:
         raise type(err)(_in_callers_words(str(err), function, spelling)) from None
     return (out, lse) if return_lse else out

@@ -14,6 +14,13 @@ Two implementations of one schema; ``BACKEND`` says which one this process regis
   FP8ATTN_TORCH_OP=ctypes; ``FALLBACK_REASON`` says why, and a warning says so once when a library that
   was found cannot serve.
 
+With the compiled op, eager calls of the Python wrappers go past torch's dispatcher: ``EAGER_FWD`` is
+``fp8attn_eager.fwd`` (src/torch_op/eager_entry.cpp, built next to the op by scripts/build_torch_op.sh against
+one torch and one Python), the same C++ from the tensors on, without the dispatcher's ~4-9 µs of argument
+handling per call. It hands back (NotImplemented) every call the dispatcher must see: tensor subclasses, torch
+function and dispatch modes, a recording profiler, tensors needing grad; torch.compile always gets the op.
+``EAGER_FALLBACK_REASON`` says why it is not loaded (not built, another torch, FP8ATTN_EAGER_ENTRY=0).
+
 Why an op that writes into ``out`` (and ``lse``) rather than a functional op returning new tensors:
 vLLM and other servers pass a pre-allocated ``out`` (a slice of the layer's output buffer) and expect
 it to be written in place, and their own attention op is itself a mutating custom op
@@ -40,15 +47,18 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import importlib.util
 import inspect
 import logging
 import os
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Optional
+from types import ModuleType
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -388,7 +398,7 @@ def _compile_op(lib_path: Path) -> tuple[Optional[Path], Optional[str]]:
     if compiler is None:
         return None, f"no C++ compiler (c++ or g++ on PATH) to compile {source}"
     key = hashlib.sha256()
-    for path in [source, *sorted((src_dir / "include").rglob("*.h"))]:
+    for path in [source, src_dir / "fwd_call.h", *sorted((src_dir / "include").rglob("*.h"))]:
         key.update(path.name.encode() + b"\0" + path.read_bytes())
     stat = lib_path.stat()
     key.update(f"{lib_path}|{stat.st_size}|{stat.st_mtime_ns}|{torch.__version__}|{torch_dir}|{compiler}".encode())
@@ -476,13 +486,44 @@ else:
 # The overload itself, so that a call skips the packet's overload resolution.
 FWD = torch.ops.fp8attn.fwd.default
 
+_ENV_EAGER = "FP8ATTN_EAGER_ENTRY"
 
-def reraise(err: RuntimeError) -> None:
-    """Re-raises a RuntimeError of the compiled op as the ctypes path would raise it: NotImplementedError for
-    an unsupported case, KernelNotCompiledError for a kernel missing from the build (ValueError for a
-    malformed call needs nothing: the op raises it directly). Anything else is raised unchanged."""
-    if _op_lib is not None and str(err).startswith("fp8attn: "):
-        code = _op_lib.fp8attn_torch_last_error_code()
+
+def _load_eager_entry() -> tuple[Optional[ModuleType], Optional[str]]:
+    """The eager entry built next to the compiled op (scripts/build_torch_op.sh), if it loads under this torch.
+    Returns (module, None) or (None, why not)."""
+    if os.environ.get(_ENV_EAGER, "") == "0":
+        return None, f"{_ENV_EAGER}=0"
+    if OP_LIBRARY is None:
+        return None, f"the compiled op is not loaded ({FALLBACK_REASON})"
+    path = OP_LIBRARY.parent / f"fp8attn_eager{sysconfig.get_config_var('EXT_SUFFIX')}"
+    if not path.is_file():
+        return None, f"{path} is not built"
+    try:
+        spec = importlib.util.spec_from_file_location("fp8attn_eager", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (ImportError, OSError) as err:
+        return None, f"cannot load {path}: {err}"
+    if module.TORCH_VERSION != torch.__version__:  # ATen's C++ ABI is one torch's
+        return None, f"{path} was built for torch {module.TORCH_VERSION}, not {torch.__version__}"
+    return module, None
+
+
+_eager_module, EAGER_FALLBACK_REASON = _load_eager_entry()
+# fp8attn_eager.fwd(*the op's arguments): None when it ran the call, NotImplemented when the op must.
+EAGER_FWD: Optional[Callable[..., object]] = None if _eager_module is None else _eager_module.fwd
+
+
+def reraise(err: RuntimeError, eager: bool = False) -> None:
+    """Re-raises a RuntimeError of the compiled op (of EAGER_FWD with ``eager``) as the ctypes path would raise
+    it: NotImplementedError for an unsupported case, KernelNotCompiledError for a kernel missing from the build
+    (ValueError for a malformed call needs nothing: the op raises it directly). Anything else is raised
+    unchanged."""
+    last_error_code = _eager_module.last_error_code if eager else getattr(_op_lib, "fp8attn_torch_last_error_code",
+                                                                          None)
+    if last_error_code is not None and str(err).startswith("fp8attn: "):
+        code = last_error_code()
         if code == _lib.STATUS_NOT_SUPPORTED:
             raise NotImplementedError(str(err)) from None
         if code == _lib.STATUS_NOT_COMPILED:
