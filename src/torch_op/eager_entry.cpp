@@ -44,17 +44,9 @@ constexpr int kNumLeadingTensors = 13;
 constexpr int kRequired = 4;  // q, k, v, out
 
 TensorArg read(const at::Tensor& t, const char* name) {
-  TensorArg a;
-  a.name = name;
-  a.present = true;
-  a.ndim = t.dim();
-  a.sizes = t.sizes().data();
-  a.strides = t.strides().data();
-  a.dtype = static_cast<fp8attn_torch::ScalarType>(t.scalar_type());
-  a.data = t.data_ptr();
-  a.device_type = static_cast<int32_t>(t.device().type());
-  a.device_index = t.device().index();
-  return a;
+  return TensorArg(name, t.dim(), t.sizes().data(), t.strides().data(),
+                   static_cast<fp8attn_torch::ScalarType>(t.scalar_type()), t.data_ptr(),
+                   static_cast<int32_t>(t.device().type()), t.device().index());
 }
 
 // The tensor behind a Python argument, or nullptr for None; sets *plain = false for anything the dispatcher must
@@ -96,11 +88,9 @@ PyObject* fwd(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
                                           &call.cu_seqlens_k, &call.seqused_k, &call.block_table, &call.q_descale,
                                           &call.k_descale, &call.v_descale, &call.sink};
   for (int i = 0; i < kNumLeadingTensors; ++i) {
-    slots[i]->name = kTensorNames[i];
-    if (tensors[i] != nullptr) *slots[i] = read(*tensors[i], kTensorNames[i]);
+    *slots[i] = tensors[i] != nullptr ? read(*tensors[i], kTensorNames[i]) : TensorArg(kTensorNames[i]);
   }
-  call.output_scale.name = "output_scale";
-  if (output_scale != nullptr) call.output_scale = read(*output_scale, "output_scale");
+  call.output_scale = output_scale != nullptr ? read(*output_scale, "output_scale") : TensorArg("output_scale");
   call.max_seqlen_q = PyLong_AsLongLong(args[13]);
   call.max_seqlen_k = PyLong_AsLongLong(args[14]);
   call.softmax_scale = PyFloat_AsDouble(args[15]);

@@ -52,6 +52,13 @@ struct TensorArg {
   int32_t device_type = kDeviceCpu;
   int32_t device_index = -1;
 
+  TensorArg() = default;
+  explicit TensorArg(const char* n) : name(n) {}  // an absent optional argument
+  TensorArg(const char* n, int64_t nd, const int64_t* sz, const int64_t* st, ScalarType dt, void* d, int32_t dev_type,
+            int32_t dev_index)
+      : name(n), present(true), ndim(nd), sizes(sz), strides(st), dtype(dt), data(d), device_type(dev_type),
+        device_index(dev_index) {}
+
   int64_t size(int64_t i) const { return sizes[i < 0 ? ndim + i : i]; }
   int64_t stride(int64_t i) const { return strides[i < 0 ? ndim + i : i]; }
   int64_t numel() const {

@@ -30,25 +30,14 @@ using OptionalTensor = std::optional<Tensor>;
 
 // One tensor's metadata, read once through the shim (each accessor is a C call into libtorch).
 TensorArg read(const Tensor& t, const char* name) {
-  TensorArg a;
-  a.name = name;
-  a.present = true;
-  a.ndim = t.dim();
-  a.sizes = t.sizes().data();
-  a.strides = t.strides().data();
-  a.dtype = t.scalar_type();
-  a.data = t.data_ptr();
-  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(t.get(), &a.device_type));
-  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(t.get(), &a.device_index));
-  return a;
+  int32_t device_type = 0, device_index = 0;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(t.get(), &device_type));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(t.get(), &device_index));
+  return TensorArg(name, t.dim(), t.sizes().data(), t.strides().data(), t.scalar_type(), t.data_ptr(), device_type,
+                   device_index);
 }
 
-TensorArg read(const OptionalTensor& t, const char* name) {
-  if (t) return read(*t, name);
-  TensorArg a;
-  a.name = name;
-  return a;
-}
+TensorArg read(const OptionalTensor& t, const char* name) { return t ? read(*t, name) : TensorArg(name); }
 
 void fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const OptionalTensor& lse,
          const OptionalTensor& cu_seqlens_q, const OptionalTensor& cu_seqlens_k, const OptionalTensor& seqused_k,
