@@ -496,9 +496,12 @@ def _load_eager_entry() -> tuple[Optional[ModuleType], Optional[str]]:
         return None, f"{_ENV_EAGER}=0"
     if OP_LIBRARY is None:
         return None, f"the compiled op is not loaded ({FALLBACK_REASON})"
-    path = OP_LIBRARY.parent / f"fp8attn_eager{sysconfig.get_config_var('EXT_SUFFIX')}"
+    # Beside libfp8attn.so, where the install and scripts/build_torch_op.sh put it (a first-import compile of
+    # the op, into the cache, builds the op alone).
+    path = _lib.get_lib().path.parent / f"fp8attn_eager{sysconfig.get_config_var('EXT_SUFFIX')}"
     if not path.is_file():
-        return None, f"{path} is not built"
+        return None, (f"{path} is not built (an install into an environment with torch builds it, as "
+                      "scripts/build_torch_op.sh does in a source checkout)")
     try:
         spec = importlib.util.spec_from_file_location("fp8attn_eager", path)
         module = importlib.util.module_from_spec(spec)
