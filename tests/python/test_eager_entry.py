@@ -42,6 +42,16 @@ def test_eager_entry_serves_when_built_for_this_torch() -> None:
     assert interface._EAGER_FWD is ops.EAGER_FWD
 
 
+def test_eager_entry_loads_only_under_its_torch_and_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    _require_entry()
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    module, reason = ops._load_eager_entry()
+    assert module is None and "was built for torch" in reason and "not 2.99.0" in reason
+    monkeypatch.undo()
+    monkeypatch.setenv("FP8ATTN_EAGER_ENTRY", "0")
+    assert ops._load_eager_entry() == (None, "FP8ATTN_EAGER_ENTRY=0")
+
+
 def test_eager_entry_hands_back_calls_off_the_gpu() -> None:
     # CPU and meta tensors are the dispatcher's (the fake, or the op's own device refusal).
     fwd = _require_entry()
