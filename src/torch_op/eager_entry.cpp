@@ -78,7 +78,7 @@ PyObject* fwd(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   }
   if (dispatcher_watching()) return not_here();
   bool plain = true;
-  const at::Tensor* tensors[kNumLeadingTensors + 1];
+  const at::Tensor* tensors[kNumLeadingTensors];
   for (int i = 0; i < kNumLeadingTensors; ++i) tensors[i] = tensor_of(args[i], i >= kRequired, &plain);
   const at::Tensor* output_scale = tensor_of(args[kOutputScale], true, &plain);
   if (!plain || !tensors[0]->is_cuda()) return not_here();

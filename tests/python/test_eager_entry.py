@@ -132,7 +132,9 @@ def test_eager_entry_refuses_with_the_ops_words_and_types() -> None:
         with pytest.raises((ValueError, RuntimeError)) as by_entry:
             fwd(*op_args)
         assert type(by_entry.value) is type(by_op.value)
-        assert str(by_entry.value) == str(by_op.value)
+        # The op's text may carry what torch appends to an exception from C++; ours is its start.
+        assert str(by_entry.value).startswith("fp8attn: ")
+        assert str(by_op.value).startswith(str(by_entry.value)), (str(by_entry.value), str(by_op.value))
     # Through the public function, a refusal of the entry takes the ctypes op's exception type.
     with pytest.raises(NotImplementedError, match="out_dtype: expected dtype float16 or bfloat16"):
         meta._vllm_call({**base, "out": torch.empty(meta.T, meta.HQ, meta.D, device="cuda")})
