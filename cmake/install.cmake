@@ -25,6 +25,7 @@ if(SKBUILD)
   endif()
   install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels.list DESTINATION fp8attn)
   install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/src/torch_op/fwd_op.cpp ${CMAKE_CURRENT_SOURCE_DIR}/src/torch_op/fwd_call.h
+                ${CMAKE_CURRENT_SOURCE_DIR}/src/torch_op/eager_entry.cpp
           DESTINATION fp8attn/_torch_op)
   install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/fp8attn/c_api.h
                 ${CMAKE_CURRENT_SOURCE_DIR}/include/fp8attn/export.h

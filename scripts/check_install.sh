@@ -85,8 +85,8 @@ print("installed package:", ", ".join(f"{p.relative_to(package_dir)} ({p.stat().
 assert venv in package_dir.parents, f"fp8attn was imported from {package_dir}, not from the venv {venv}"
 assert Path(lib.path).resolve().parent == package_dir, f"loaded {lib.path}, not the package's own copy"
 assert lib.version() == fp8attn.__version__, (lib.version(), fp8attn.__version__)
-for shipped in ("_torch_op/fwd_op.cpp", "_torch_op/fwd_call.h", "_torch_op/include/fp8attn/c_api.h",
-                "_torch_op/include/fp8attn/params.h"):
+for shipped in ("_torch_op/fwd_op.cpp", "_torch_op/fwd_call.h", "_torch_op/eager_entry.cpp",
+                "_torch_op/include/fp8attn/c_api.h", "_torch_op/include/fp8attn/params.h"):
     assert (package_dir / shipped).is_file(), f"the torch op's source {shipped} is not in the package"
 print("check_installed: ok")
 PY

@@ -376,22 +376,24 @@ def _cache_dir() -> Path:
     raise OSError(f"no writable cache folder of this user's ({', '.join(str(b) for b in bases)})")
 
 
-def _compile_op(lib_path: Path) -> tuple[Optional[Path], Optional[str]]:
-    """Compiles libfp8attn_torch.so from the source an installed package ships (fp8attn/_torch_op/) against the
-    running torch and ``lib_path`` (the loaded libfp8attn.so), with the flags of scripts/build_torch_op.sh.
+def _compile_shipped(lib_path: Path, source_name: str, target_name: str, flags: list[str],
+                     libraries: list[str]) -> tuple[Optional[Path], Optional[str]]:
+    """Compiles ``source_name`` of the source an installed package ships (fp8attn/_torch_op/) against the running
+    torch and ``lib_path`` (the loaded libfp8attn.so) into the cache as ``target_name`` (a stem; the cached file
+    is ``<stem>-<key>.so``), with the flags of scripts/build_torch_op.sh plus ``flags`` and ``libraries``.
 
     Returns (path, None), or (None, why not); (None, None) when there is no shipped source (a source
-    checkout: there scripts/build_torch_op.sh or the CMake build makes the op). Cached under a key of the
-    source, the headers, the library (path, size, mtime), torch (version, folder) and the compiler, so that a
-    reinstall or another torch compiles anew; concurrent processes (one per GPU) compile it once, under a
-    file lock, and a library appears in the cache only whole (written aside, then renamed)."""
+    checkout: there scripts/build_torch_op.sh or the CMake build makes it). Cached under a key of the
+    source, the headers, the library (path, size, mtime), torch (version, folder), the flags and the compiler,
+    so that a reinstall or another torch compiles anew; concurrent processes (one per GPU) compile it once,
+    under a file lock, and a library appears in the cache only whole (written aside, then renamed)."""
     src_dir = Path(__file__).resolve().parent / _SOURCE_DIR
-    source = src_dir / "fwd_op.cpp"
+    source = src_dir / source_name
     if not source.is_file():
         return None, None
     torch_dir = Path(torch.__file__).resolve().parent
     if not (torch_dir / "include" / "torch" / "csrc" / "stable" / "library.h").is_file():
-        return None, f"torch {torch.__version__} at {torch_dir} has no stable-ABI headers to compile the op"
+        return None, f"torch {torch.__version__} at {torch_dir} has no stable-ABI headers to compile {source_name}"
     if not (torch_dir / "lib" / "libtorch_cuda.so").is_file():
         return None, f"torch {torch.__version__} at {torch_dir} is built without CUDA (no libtorch_cuda.so)"
     compiler = shutil.which("c++") or shutil.which("g++")
@@ -401,12 +403,13 @@ def _compile_op(lib_path: Path) -> tuple[Optional[Path], Optional[str]]:
     for path in [source, src_dir / "fwd_call.h", *sorted((src_dir / "include").rglob("*.h"))]:
         key.update(path.name.encode() + b"\0" + path.read_bytes())
     stat = lib_path.stat()
-    key.update(f"{lib_path}|{stat.st_size}|{stat.st_mtime_ns}|{torch.__version__}|{torch_dir}|{compiler}".encode())
+    key.update(f"{lib_path}|{stat.st_size}|{stat.st_mtime_ns}|{torch.__version__}|{torch_dir}|{compiler}|"
+               f"{' '.join(flags)}".encode())
     try:
         cache = _cache_dir()
     except OSError as err:
         return None, str(err)
-    target = cache / f"{_OP_LIB_NAME[:-3]}-{key.hexdigest()[:16]}.so"
+    target = cache / f"{target_name}-{key.hexdigest()[:16]}.so"
     if target.is_file():
         return target, None
     with open(cache / f"{target.name}.lock", "w") as lock:
@@ -415,13 +418,12 @@ def _compile_op(lib_path: Path) -> tuple[Optional[Path], Optional[str]]:
             return target, None
         partial = cache / f"{target.name}.{os.getpid()}.tmp"
         command = [
-            compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
-            f"-DTORCH_TARGET_VERSION={_TORCH_TARGET_VERSION}",
+            compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", *flags,
             "-I", str(src_dir / "include"), "-isystem", str(torch_dir / "include"), str(source),
             # libfp8attn.so by its path (the op needs its soname; the loaded copy serves it) and its folder as
             # RUNPATH; torch's libraries by name only: torch has loaded them by the time the op loads.
             str(lib_path), f"-Wl,-rpath,{lib_path.parent}",
-            "-L", str(torch_dir / "lib"), "-ltorch_cpu", "-ltorch_cuda",
+            "-L", str(torch_dir / "lib"), *(f"-l{name}" for name in libraries),
             "-o", str(partial),
         ]
         logging.getLogger(__name__).info("fp8attn: compiling %s for torch %s: %s", target, torch.__version__,
@@ -437,6 +439,27 @@ def _compile_op(lib_path: Path) -> tuple[Optional[Path], Optional[str]]:
             return None, f"compiling {source} failed (exit {run.returncode}: {' '.join(command)}): {tail}"
         os.replace(partial, target)
     return target, None
+
+
+def _compile_op(lib_path: Path) -> tuple[Optional[Path], Optional[str]]:
+    """libfp8attn_torch.so from the shipped source (_compile_shipped): the stable ABI, so any Python."""
+    return _compile_shipped(lib_path, "fwd_op.cpp", _OP_LIB_NAME[:-3],
+                            [f"-DTORCH_TARGET_VERSION={_TORCH_TARGET_VERSION}"], ["torch_cpu", "torch_cuda"])
+
+
+def _compile_eager_entry(lib_path: Path) -> tuple[Optional[Path], Optional[str]]:
+    """The eager entry from the shipped source (_compile_shipped), for this torch and this Python: ATen, the
+    Python C API (Python.h must be installed) and torch's C++ ABI setting, as cmake/torch_op.cmake builds it."""
+    python_include = Path(sysconfig.get_paths()["include"])
+    if not (python_include / "Python.h").is_file():
+        return None, f"no Python.h in {python_include} to compile the eager entry (install the Python headers)"
+    torch_include = Path(torch.__file__).resolve().parent / "include"
+    flags = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+             f'-DFP8ATTN_EAGER_TORCH_VERSION="{torch.__version__}"',
+             "-isystem", str(torch_include / "torch" / "csrc" / "api" / "include"), "-isystem", str(python_include)]
+    # The Python version is in the cached name: the module serves one Python, and one user may run several.
+    stem = f"fp8attn_eager-py{sysconfig.get_config_var('py_version_nodot')}"
+    return _compile_shipped(lib_path, "eager_entry.cpp", stem, flags, ["torch_python", "torch_cpu", "torch_cuda", "c10"])
 
 
 def _load_compiled_op() -> tuple[Optional[ctypes.CDLL], Optional[str], bool, Optional[Path]]:
@@ -496,12 +519,17 @@ def _load_eager_entry() -> tuple[Optional[ModuleType], Optional[str]]:
         return None, f"{_ENV_EAGER}=0"
     if OP_LIBRARY is None:
         return None, f"the compiled op is not loaded ({FALLBACK_REASON})"
-    # Beside libfp8attn.so, where the install and scripts/build_torch_op.sh put it (a first-import compile of
-    # the op, into the cache, builds the op alone).
-    path = _lib.get_lib().path.parent / f"fp8attn_eager{sysconfig.get_config_var('EXT_SUFFIX')}"
-    if not path.is_file():
-        return None, (f"{path} is not built (an install into an environment with torch builds it, as "
-                      "scripts/build_torch_op.sh does in a source checkout)")
+    # Beside libfp8attn.so, where the install and scripts/build_torch_op.sh put it; else (an installed package
+    # whose wheel was built without this torch or this Python) compiled from the shipped source, as the op is.
+    lib_path = _lib.get_lib().path
+    path = lib_path.parent / f"fp8attn_eager{sysconfig.get_config_var('EXT_SUFFIX')}"
+    unusable = (f"{path} is not built (scripts/build_torch_op.sh builds it)" if not path.is_file()
+                else None if _eager_entry_serves(path) else f"{path} was built for another torch, not {torch.__version__}")
+    if unusable is not None:
+        compiled, why_not = _compile_eager_entry(lib_path)
+        if compiled is None:
+            return None, unusable + (f" and cannot be compiled here: {why_not}" if why_not else "")
+        path = compiled
     try:
         spec = importlib.util.spec_from_file_location("fp8attn_eager", path)
         module = importlib.util.module_from_spec(spec)
@@ -511,6 +539,12 @@ def _load_eager_entry() -> tuple[Optional[ModuleType], Optional[str]]:
     if module.TORCH_VERSION != torch.__version__:  # ATen's C++ ABI is one torch's
         return None, f"{path} was built for torch {module.TORCH_VERSION}, not {torch.__version__}"
     return module, None
+
+
+def _eager_entry_serves(path: Path) -> bool:
+    """Whether the module at ``path`` was built for this torch, read from its file without loading it (a module
+    built against another torch's C++ may not even load): its docstring ends with that torch's version."""
+    return f"built for torch {torch.__version__}\0".encode() in path.read_bytes()
 
 
 _eager_module, EAGER_FALLBACK_REASON = _load_eager_entry()

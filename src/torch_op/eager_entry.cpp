@@ -159,8 +159,10 @@ PyMethodDef kMethods[] = {
      "the fp8attn status code of this thread's last failed fwd (0 after a success)"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "fp8attn_eager", "fp8attn::fwd without the dispatcher (eager calls)", -1,
-                       kMethods, nullptr, nullptr, nullptr, nullptr};
+// The docstring ends with the torch it serves: fp8attn/ops.py reads it from the file before loading the module.
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "fp8attn_eager",
+                       "fp8attn::fwd without the dispatcher (eager calls), built for torch " FP8ATTN_EAGER_TORCH_VERSION,
+                       -1, kMethods, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 
