@@ -1,16 +1,16 @@
 // fp8attn: the eager entry, fp8attn_eager.fwd — fp8attn::fwd called from Python without torch's dispatcher.
 //
-// Why: an eager call of the dispatcher op spends most of its host time before our code runs. On the dev CPU a
-// no-op kernel with fp8attn::fwd's 22-argument schema costs 3.7 us per call from Python (the schema's 8 scalars
-// ~0.2 us each in the Python argument parsing), the op's own work 0.75 us; a METH_FASTCALL function taking the
-// same 22 arguments costs 0.06 us (docs/perf.md, "Host path"). So the Python wrappers call this module when it
-// loads, and the dispatcher op wherever the dispatcher must see the call: under torch.compile (the wrappers
-// route that to the op), with a tensor subclass, a torch function or dispatch mode active, or a profiler
-// recording (RecordFunction callbacks) - then fwd returns NotImplemented and the wrapper calls the op.
+// Why (docs/design.md, "The eager entry"): an eager call of the dispatcher op spends most of its host time in
+// torch's Python-side handling of the op's 22 arguments, before our code runs; a METH_FASTCALL function taking
+// the same arguments costs a few percent of that. So the Python wrappers call this module when it loads, and the
+// dispatcher op wherever the dispatcher must see the call: under torch.compile (the wrappers route that to the
+// op), with a tensor subclass, a torch function or dispatch mode active, or a profiler recording
+// (RecordFunction callbacks) - then fwd returns NotImplemented and the wrapper calls the op.
 //
 // It reads tensor metadata through ATen and the Python C API, so it is built against one torch and one Python
-// (scripts/build_torch_op.sh next to the op); TORCH_VERSION says which, and fp8attn/ops.py loads it only under
-// that torch. Everything after reading the arguments is fwd_call.h, shared with the op.
+// (next to the op, or from the shipped source at first import); its docstring and TORCH_VERSION name that
+// torch, and fp8attn/ops.py loads it only under it. Everything after reading the arguments is fwd_call.h,
+// shared with the op.
 #include <Python.h>
 
 #include <ATen/PythonTorchFunctionTLS.h>
