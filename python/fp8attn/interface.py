@@ -52,6 +52,19 @@ _FWD_EAGER = getattr(_FWD, "_op", _FWD)
 _EAGER_FWD = ops.EAGER_FWD
 
 
+def _on_the_gpu_with_unit_last_strides(args: tuple) -> tuple:
+    """The op's arguments with q, k and v copied where their last stride is not 1 (as vLLM's FlashAttention
+    wrapper: any other stride is passed to the kernel as is, so K/V cache views are never copied); q on a CUDA
+    device ("meta" too, so that shapes can be traced on a machine without a GPU). The eager entry hands such
+    calls back, so this runs only for the op."""
+    q, k, v = args[:3]
+    if not (q.is_cuda or q.is_meta):
+        raise ValueError(f"fp8attn: tensors must be on a CUDA device, got q on {q.device}")
+    if q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1:
+        return args
+    return tuple(t.contiguous() if t.stride(-1) != 1 else t for t in (q, k, v)) + args[3:]
+
+
 def _call(
     function: str, spelling: dict[str, str], return_lse: bool, out_dtype: Optional[torch.dtype],
     window_size: Optional[Sequence[int]],
@@ -64,17 +77,6 @@ def _call(
 ) -> Result:
     """Allocates out/lse when needed, runs the op, returns out or (out, lse). The op and the library check the
     call; a refusal is raised in the words of ``function`` (see ``_in_callers_words``)."""
-    # "meta" is allowed so shapes can be traced on a machine without a GPU; the op only has a CUDA kernel.
-    if not (q.is_cuda or q.is_meta):
-        raise ValueError(f"fp8attn: tensors must be on a CUDA device, got q on {q.device}")
-    # As vLLM's FlashAttention wrapper: only a non-unit last stride forces a copy; any other stride is passed to
-    # the kernel as is, so K/V cache views are never copied.
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if k.stride(-1) != 1:
-        k = k.contiguous()
-    if v.stride(-1) != 1:
-        v = v.contiguous()
     dtype = _args.resolve_out_dtype(out_dtype, None if out is None else out.dtype, q.dtype, _SIXTEEN_BIT,
                                     torch.bfloat16)
     if out is None:
@@ -85,21 +87,24 @@ def _call(
     args = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, q_descale, k_descale, v_descale,
             s_aux, max_seqlen_q, max_seqlen_k, scale, bool(causal), window_left, window_right, num_splits,
             output_scale, float(softcap or 0.0))
-    if torch.compiler.is_compiling():  # traced: the library runs later, at replay
-        _FWD(*args)
-        return (out, lse) if return_lse else out
+    compiling = torch.compiler.is_compiling()  # traced: the library runs later, at replay
     try:
         served = False
-        if _EAGER_FWD is not None:
+        if _EAGER_FWD is not None and not compiling:
             try:
-                served = _EAGER_FWD(*args) is None  # NotImplemented: the dispatcher must see this call
+                # NotImplemented: the dispatcher must see this call, or it needs the checks and copies below.
+                served = _EAGER_FWD(*args) is None
             except RuntimeError as err:
                 ops.reraise(err, eager=True)
         if not served:
-            try:
-                _FWD_EAGER(*args)
-            except RuntimeError as err:
-                ops.reraise(err)  # the compiled op's refusals, as the exception types the ctypes op raises
+            args = _on_the_gpu_with_unit_last_strides(args)
+            if compiling:
+                _FWD(*args)
+            else:
+                try:
+                    _FWD_EAGER(*args)
+                except RuntimeError as err:
+                    ops.reraise(err)  # the compiled op's refusals, as the exception types the ctypes op raises
     except (ValueError, NotImplementedError) as err:
         raise type(err)(_in_callers_words(str(err), function, spelling)) from None
     return (out, lse) if return_lse else out

@@ -82,6 +82,10 @@ PyObject* fwd(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   for (int i = 0; i < kNumLeadingTensors; ++i) tensors[i] = tensor_of(args[i], i >= kRequired, &plain);
   const at::Tensor* output_scale = tensor_of(args[kOutputScale], true, &plain);
   if (!plain || !tensors[0]->is_cuda()) return not_here();
+  // A q, k or v with a non-unit last stride is copied by the wrapper before the op (interface.py), not here.
+  for (int i = 0; i < 3; ++i) {
+    if (tensors[i]->dim() > 0 && tensors[i]->size(-1) > 1 && tensors[i]->stride(-1) != 1) return not_here();
+  }
 
   fp8attn_torch::FwdCall call;
   TensorArg* slots[kNumLeadingTensors] = {&call.q, &call.k, &call.v, &call.out, &call.lse, &call.cu_seqlens_q,

@@ -180,10 +180,30 @@ def test_eager_entry_hands_back_what_the_dispatcher_must_see() -> None:
     assert fwd(*((args[0].as_subclass(_Subclass),) + args[1:])) is NotImplemented
     q16 = torch.randn(args[0].shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     assert fwd(*((q16,) + args[1:9] + (None,) + args[10:])) is NotImplemented
+    # A q with a non-unit last stride: the wrapper copies it for the op, so the entry hands it back.
+    strided_q = torch.empty(args[0].shape + (2,), dtype=E4M3, device="cuda")[..., 0]
+    strided_q.copy_(args[0])
+    assert fwd(*((strided_q,) + args[1:])) is NotImplemented
     with torch.no_grad():
         out = torch.full_like(args[3], float("nan"))
         assert fwd(*((q16, args[1], args[2], out) + args[4:9] + (None,) + args[10:])) is None
         assert not out.isnan().any()
+
+
+@pytest.mark.gpu
+def test_wrapper_copies_a_strided_q_and_gives_the_contiguous_result() -> None:
+    _require_entry()
+    args = _decode_call(0, False)
+    strided_q = torch.empty(args[0].shape + (2,), dtype=E4M3, device="cuda")[..., 0]
+    strided_q.copy_(args[0])
+
+    def call(q: Any) -> Any:
+        return fp8attn.flash_attn_varlen_func(
+            q=q, k=args[1], v=args[2], max_seqlen_q=args[13], cu_seqlens_q=args[5], max_seqlen_k=args[14],
+            seqused_k=args[7], block_table=args[8], causal=True, q_descale=args[9], k_descale=args[10],
+            v_descale=args[11])
+
+    assert torch.equal(call(strided_q).view(torch.int16), call(args[0]).view(torch.int16))
 
 
 @pytest.mark.gpu
