@@ -80,9 +80,10 @@ def test_eager_entry_checks_its_argument_count() -> None:
 # ---- on a GPU --------------------------------------------------------------------------------------------
 
 def _decode_call(num_splits: int, lse: bool, q_dtype: Any = E4M3) -> tuple:
-    """A paged vLLM-style decode call (3 requests of 2 tokens, 32:8 heads, d128, 16-token pages), random data."""
+    """A paged vLLM-style decode call (3 requests of 2 tokens, 32:8 heads, d128, 16-token pages, up to 1024 keys
+    each: the block table covers every seqused_k), random data."""
     g = torch.Generator(device="cuda").manual_seed(1234 + num_splits)
-    batch, tokens, hq, hkv, d, page, pages = 3, 2, 32, 8, 128, 16, 96
+    batch, tokens, hq, hkv, d, page, pages = 3, 2, 32, 8, 128, 16, 192
     q = torch.randn(batch * tokens, hq, d, device="cuda", generator=g).to(q_dtype)
     cache = torch.randn(2, pages, page, hkv, d, device="cuda", generator=g).to(E4M3)
     k, v = cache.unbind(0)
