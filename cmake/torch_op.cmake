@@ -88,7 +88,7 @@ if(NOT FP8ATTN_TORCH_OP STREQUAL "OFF")
                      "(${_torch_dir}${_torch_where})")
       # The eager entry (src/torch_op/eager_entry.cpp): the op's C++ called from Python without the dispatcher.
       # It uses ATen and the Python C API, so it serves only the torch and the Python it was built for
-      # (fp8attn/ops.py checks TORCH_VERSION); elsewhere the package uses the op alone.
+      # (fp8attn/ops.py reads the torch it names from the file); elsewhere the package uses the op alone.
       list(GET _torch_out 2 _torch_full_version)
       list(GET _torch_out 3 _torch_cxx11_abi)
       list(GET _torch_out 4 _python_include)

@@ -536,8 +536,6 @@ def _load_eager_entry() -> tuple[Optional[ModuleType], Optional[str]]:
         spec.loader.exec_module(module)
     except (ImportError, OSError) as err:
         return None, f"cannot load {path}: {err}"
-    if module.TORCH_VERSION != torch.__version__:  # ATen's C++ ABI is one torch's
-        return None, f"{path} was built for torch {module.TORCH_VERSION}, not {torch.__version__}"
     return module, None
 
 

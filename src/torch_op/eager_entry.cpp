@@ -8,9 +8,8 @@
 // (RecordFunction callbacks) - then fwd returns NotImplemented and the wrapper calls the op.
 //
 // It reads tensor metadata through ATen and the Python C API, so it is built against one torch and one Python
-// (next to the op, or from the shipped source at first import); its docstring and TORCH_VERSION name that
-// torch, and fp8attn/ops.py loads it only under it. Everything after reading the arguments is fwd_call.h,
-// shared with the op.
+// (next to the op, or from the shipped source at first import); its docstring names that torch, and
+// fp8attn/ops.py loads it only under it. Everything after reading the arguments is fwd_call.h, shared with the op.
 #include <Python.h>
 
 #include <ATen/PythonTorchFunctionTLS.h>
@@ -170,11 +169,4 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "fp8attn_eager",
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit_fp8attn_eager() {
-  PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && PyModule_AddStringConstant(module, "TORCH_VERSION", FP8ATTN_EAGER_TORCH_VERSION) != 0) {
-    Py_DECREF(module);
-    return nullptr;
-  }
-  return module;
-}
+PyMODINIT_FUNC PyInit_fp8attn_eager() { return PyModule_Create(&kModule); }
