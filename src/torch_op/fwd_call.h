@@ -106,6 +106,16 @@ inline fp8attn_dtype dtype_code(const TensorArg& t) {
 }
 
 // The allocation as the library checks it against the sizes (params.h, "Extents"); ndim <= 4 is checked first.
+// Element strides of a varlen [rows, heads, d] tensor (its batch stride unused, left as initialised) or of a
+// batched [B, rows, heads, d] one.
+inline void set_strides(const TensorArg& t, bool varlen, int64_t& batch, int64_t& row, int64_t& head) {
+  if (varlen) {
+    row = t.stride(0), head = t.stride(1);
+  } else {
+    batch = t.stride(0), row = t.stride(1), head = t.stride(2);
+  }
+}
+
 inline void describe_shape(fp8attn_shape& shape, const TensorArg& t) {
   shape.ndim = int32_t(t.ndim);
   for (int64_t i = 0; i < t.ndim && i < 4; ++i) shape.size[i] = t.size(i);
@@ -228,24 +238,15 @@ inline int32_t fill_params(const FwdCall& c, fp8attn_fwd_params* params) {
   p.q_dtype = dtype_code(q);
   p.out = out.data;
   p.out_dtype = dtype_code(out);
-  if (varlen_q) {
-    p.q_row_stride = q.stride(0), p.q_head_stride = q.stride(1);
-    p.o_row_stride = out.stride(0), p.o_head_stride = out.stride(1);
-  } else {
-    p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
-    p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
-  }
+  set_strides(q, varlen_q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  set_strides(out, varlen_q, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   p.k = k.data;
   p.k_dtype = dtype_code(k);
   p.v = v.data;
   p.v_dtype = dtype_code(v);
-  if (varlen_k) {
-    p.k_row_stride = k.stride(0), p.k_head_stride = k.stride(1);
-    p.v_row_stride = v.stride(0), p.v_head_stride = v.stride(1);
-  } else {  // dense [B, Sk, ...] or paged [num_pages, page_size, ...]: the leading stride is the batch/page stride
-    p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
-    p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
-  }
+  // Dense [B, Sk, ...] or paged [num_pages, page_size, ...]: the leading stride is the batch/page stride.
+  set_strides(k, varlen_k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_strides(v, varlen_k, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   if (lse.present) {
     p.lse = static_cast<float*>(lse.data);
     if (varlen_q) {
