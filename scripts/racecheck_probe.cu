@@ -1,8 +1,8 @@
 // racecheck probe: does compute-sanitizer's racecheck order a hand-over through a 256-thread named barrier
 // (barrier.sync 3, 256) when, before it, the two 128-thread groups passed different numbers of group-local
-// barriers? The swapped-operand d512 decode loop (src/sm90/mainloop_swapped.cuh) has that shape: its first MMA
-// warpgroup syncs alone (the row-maximum exchange) for the whole KV loop while the second waits, then
-// to_row_layout hands the row statistics and O over through a 256-thread barrier.
+// barriers? The swapped-operand d512 decode loop (src/sm90/mainloop_swapped.cuh) had that shape until session 18:
+// its first MMA warpgroup syncs alone (the row-maximum exchange) for the whole KV loop while the second waited, then
+// to_row_layout handed the row statistics and O over through a 256-thread barrier. Why WarpgroupSync is an mbarrier.
 //
 //   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -o racecheck_probe scripts/racecheck_probe.cu
 //   compute-sanitizer --tool racecheck ./racecheck_probe A B SYNC

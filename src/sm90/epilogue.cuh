@@ -9,13 +9,15 @@
 // every row out with one bulk copy (cp.async.bulk, full 128-byte lines, issued by one thread per row). The
 // direct path's 4-byte stores, 8 rows per warp instruction, held the end of every prefill CTA on the store
 // queue: a timing-only build without them took the fixed part of a d256 CTA from ~9 to ~2.5 µs and of a d128
-// CTA from ~5.3 to ~3.5 µs (docs/design.md, Measured choices).
+// CTA from ~5.3 to ~3.5 µs (docs/design.md, Measured choices). A swapped-operand d512 decode tile has a third,
+// store_rows: its 8 rows from shared memory, 16 bytes per thread and row.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "common/kernel_rules.h"
 #include "sm90/kernel_args.cuh"
 #include "sm90/output_store.cuh"
 #include "sm90/pack_gqa.cuh"
@@ -49,6 +51,24 @@ struct Epilogue {
   static_assert(!kStagedOut || 64 * kStageRowBytes <= kStageRegionBytes, "staged rows fit the sVLoad share");
   static_assert(!kStagedOut || ((kStageRowBytes / 4) % 8 == 4 && kPassCols % 8 == 0),
                 "conflict-free staging rows; passes split dv at whole accumulator column blocks");
+
+  // Where a row goes: its first element in the split-KV partials (fp32), in `out` (elements), and its LSE.
+  CUTE_DEVICE static float* partial_row(const FwdArgs& args, const SeqInfo& seq, int split, const RowTarget& t) {
+    const int64_t row = seq.partial_row0 + t.token;
+    return args.o_partial + ((int64_t(split) * args.partial_rows + row) * args.num_heads_q + t.head_q) * kHeadDimV;
+  }
+  CUTE_DEVICE static int64_t out_offset(const FwdArgs& args, const SeqInfo& seq, const RowTarget& t) {
+    return seq.tma_batch_q * args.o_batch_stride + int64_t(t.head_q) * args.o_head_stride +
+           int64_t(seq.offset_q + t.token) * args.o_row_stride;
+  }
+  CUTE_DEVICE static void store_lse(const FwdArgs& args, const SeqInfo& seq, int split, const RowTarget& t, float lse) {
+    if (args.split_kv) {
+      args.lse_partial[(int64_t(split) * args.num_heads_q + t.head_q) * args.partial_rows + seq.partial_row0 + t.token] = lse;
+    } else if (args.lse != nullptr) {
+      args.lse[seq.tma_batch_q * args.lse_batch_stride + int64_t(t.head_q) * args.lse_head_stride + seq.offset_q +
+               t.token] = lse;
+    }
+  }
 
   // head: the CTA's q head, or its kv head with PackGQA. o_scale / lse: per row half of this thread. With split dv
   // each MMA warpgroup stores its half of the columns, and the first one the LSE.
@@ -105,17 +125,10 @@ struct Epilogue {
       }
     };
     if (args.split_kv) {
-      auto row_address = [&](int h) {
-        const int64_t row = seq.partial_row0 + target[h].token;
-        return args.o_partial + ((int64_t(split) * args.partial_rows + row) * args.num_heads_q + target[h].head_q) * kHeadDimV;
-      };
-      store_pairs(row_address(0), row_address(1),
+      store_pairs(partial_row(args, seq, split, target[0]), partial_row(args, seq, split, target[1]),
                   [](float* dst, float lo, float hi) { *reinterpret_cast<float2*>(dst) = make_float2(lo, hi); });
     } else {
-      auto out_offset_of = [&](const RowTarget& t) {
-        return seq.tma_batch_q * args.o_batch_stride + int64_t(t.head_q) * args.o_head_stride +
-               int64_t(seq.offset_q + t.token) * args.o_row_stride;
-      };
+      auto out_offset_of = [&](const RowTarget& t) { return out_offset(args, seq, t); };
       if constexpr (kStagedOut) {
         // Thread r < 64 of the warpgroup copies row r of the warpgroup's 64.
         const int warpgroup = mma_thread / 128;
@@ -158,14 +171,54 @@ struct Epilogue {
     if (mma_thread % 4 != 0 || (Traits::kSplitDv && mma_thread >= 128)) { return; }
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
-      if (!row_valid[h]) { continue; }
-      if (args.split_kv) {
-        args.lse_partial[(int64_t(split) * args.num_heads_q + target[h].head_q) * args.partial_rows +
-                         seq.partial_row0 + target[h].token] = lse[h];
-      } else if (args.lse != nullptr) {
-        args.lse[seq.tma_batch_q * args.lse_batch_stride + int64_t(target[h].head_q) * args.lse_head_stride +
-                 seq.offset_q + target[h].token] = lse[h];
+      if (row_valid[h]) { store_lse(args, seq, split, target[h], lse[h]); }
+    }
+  }
+
+  // Swapped operands (d512 decode tiles, mainloop_swapped.cuh), the first MMA warpgroup: the tile's kSwappedRows
+  // rows from o_rows ([ROWS][kRowFloats] fp32 in shared memory, MainloopSwapped::stage_rows; null where the split
+  // had no KV block, whose rows are zeros). Each thread takes 4 adjacent columns of every row: one 16-byte read, one
+  // 16-byte partial store or two pair stores. The row loop stays rolled: a decode CTA runs this once, cold, and
+  // its code size is its cost (the split-dv row layout's store, which this replaces, ran 128 values per thread
+  // for 8 real rows). o_scale / lse: this thread's accumulator rows' (finalize()); the tile's rows are the
+  // first row half of warp 0. warpgroup_sync: the warpgroup's barrier (the loop's, WarpgroupSync).
+  template <int kRowFloats, class Sync>
+  CUTE_DEVICE static void store_rows(SharedStorage& smem, const FwdArgs& args, const SeqInfo& seq, int m_block, int head,
+                                     int split, int thread, const float* o_rows, const float (&o_scale)[2],
+                                     const float (&lse)[2], Sync&& warpgroup_sync) {
+    static_assert(Traits::kSplitDv && kHeadDimV == 4 * 128, "one float4 per thread and row");
+    static_assert(kRowFloats % 4 == 0, "16-byte aligned rows");
+    const PackGqa pack(args);
+    const int own_row = accumulator_row(thread, 0);
+    if (own_row < kSwappedRows && thread % 4 == 0) {
+      smem.split_dv_row_factor[own_row] = o_scale[0];
+      const RowTarget target = pack.row_target(m_block * kBlockM + own_row, head);
+      if (target.token < seq.seqlen_q) { store_lse(args, seq, split, target, lse[0]); }
+    }
+    warpgroup_sync();
+    const int col = 4 * thread;
+    auto each_row = [&](auto store_four) {
+      #pragma unroll 1
+      for (int r = 0; r < kSwappedRows; ++r) {
+        const RowTarget target = pack.row_target(m_block * kBlockM + r, head);
+        if (target.token >= seq.seqlen_q) { continue; }
+        const float scale = smem.split_dv_row_factor[r];
+        float4 v = o_rows != nullptr ? *reinterpret_cast<const float4*>(o_rows + r * kRowFloats + col)
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+        store_four(target, make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale));
       }
+    };
+    if (args.split_kv) {
+      each_row([&](const RowTarget& t, float4 v) { *reinterpret_cast<float4*>(partial_row(args, seq, split, t) + col) = v; });
+    } else {
+      with_output_store(args.out_type, [&](auto store) {
+        auto* out = static_cast<typename decltype(store)::Element*>(args.out);
+        each_row([&](const RowTarget& t, float4 v) {
+          auto* dst = out + out_offset(args, seq, t) + col;
+          store(dst, v.x, v.y);
+          store(dst + 2, v.z, v.w);
+        });
+      });
     }
   }
 };

@@ -171,18 +171,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
                                 : OnlineSoftmax(args.softmax_scale_log2 * qk_descale, 0.f);
     typename Mainloop::FragmentO tOrO;
     clear(tOrO);
+    WarpgroupSync wg_sync;    // swapped operands: the first MMA warpgroup's barrier (mainloop_swapped.cuh)
+    float* o_rows = nullptr;  // swapped operands: O as rows in shared memory, once the loop has run
     if (has_work) {
       if constexpr (Traits::kSplitDv) {
         if (args.swapped_operands) {
           using Swapped = MainloopSwapped<Traits>;
-          typename Swapped::FragmentOt tOrOt;
-          clear(tOrOt);
-          typename Swapped::WarpgroupSync wg_sync;
           if (mma_thread < 128) {
+            typename Swapped::FragmentOt tOrOt;
+            clear(tOrOt);
             if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
             Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt, args.kv_shared, wg_sync);
+            o_rows = Swapped::stage_rows(smem, mma_thread, tOrOt, softmax, wg_sync);
           }
-          Swapped::to_row_layout(smem, mma_thread, tOrOt, softmax, wg_sync, tOrO);
         } else if (mma_thread < 128) {
           if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
           Mainloop::run_score_warpgroup(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO,
@@ -194,6 +195,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
         if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }  // Q by TMA (a q16 kernel's is in sQ already)
         Mainloop::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
       }
+    }
+    // A swapped tile is the first MMA warpgroup's to the end.
+    if constexpr (Traits::kSplitDv) {
+      if (args.swapped_operands && mma_thread >= 128) { return; }
     }
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
     const TileCoord epilogue_tile = TileScheduler::tile_again(args, smem.scheduled_tile);  // == tile
@@ -221,7 +226,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     float o_scale[2], lse[2];
     softmax.finalize(v_descale, sink_log2, q_row_scale_of<Traits>(smem), o_scale, lse);
     // Split dv: the P V warpgroup's o_scale is the score warpgroup's (its own softmax saw no scores). With swapped
-    // operands both warpgroups hold the rows' statistics (to_row_layout).
+    // operands the first warpgroup holds the rows' statistics (stage_rows).
     if constexpr (Traits::kSplitDv) {
       if (has_work && !args.swapped_operands) { Mainloop::share_output_scale(smem, mma_thread, o_scale); }
     }
@@ -230,6 +235,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/design.md, Measured
     // choices; the likely reason: released early, the combine's CTAs land on the few SMs that happen to be free then).
     cutlass::arch::launch_dependent_grids();
+    if constexpr (Traits::kSplitDv) {
+      if (args.swapped_operands) {
+        Epilogue<Traits>::template store_rows<MainloopSwapped<Traits>::kStageRowFloats>(
+            smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread,
+            o_rows, o_scale, lse, [&] { wg_sync.sync(smem); });
+        return;
+      }
+    }
     Epilogue<Traits>::store(smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
   }
 }

@@ -223,7 +223,7 @@ struct KernelTraits {
     alignas(kSplitDv ? 1024 : 128) cute::array_aligned<Element, kSplitDv ? int(cute::cosize_v<SmemLayoutP>) : 16> smem_p;
     float split_dv_row_factor[kSplitDv ? kBlockM : 1];
     // Split dv, swapped operands (mainloop_swapped.cuh): per warp and query row, a block's row maximum (or, after the
-    // loop, the two row sums' shares); then per query row its maximum, row sum and sum of rounded P for to_row_layout.
+    // loop, the two row sums' shares); then per query row its maximum, row sum and sum of rounded P for stage_rows.
     float swapped_exchange[kSplitDv ? 2 : 1][kSplitDv ? 4 : 1][kSplitDv ? kSwappedRows : 1];
     float swapped_row_stats[kSplitDv ? 3 : 1][kSplitDv ? kSwappedRows : 1];
     cutlass::arch::ClusterBarrier swapped_sync;  // the loop's warpgroup barrier (128 arrivals; split dv only)

@@ -16,9 +16,9 @@
 // are added once after the loop. The sum of P as rounded to E4M3 (what P V multiplied; softmax.cuh says why it
 // normalises O) is taken from the rounded bytes themselves.
 //
-// After the loop, to_row_layout() hands O, the row maxima and the row sums to both MMA warpgroups in the split-dv
-// row layout (each warpgroup half of O's columns, OnlineSoftmax per accumulator row), so the finalisation and the
-// epilogue are the split-dv kernel's.
+// After the loop, stage_rows() leaves O as 8 rows of floats in shared memory and the row maxima and row sums in
+// OnlineSoftmax per accumulator row, so the finalisation is the split-dv kernel's; Epilogue::store_rows stores the
+// rows. The second MMA warpgroup has no part in a swapped tile past the quantization of Q.
 //
 // A thread's S^T values (AccumulatorIndex, one n8 block): value c + 2h is key 16 * warp + lane / 4 + 8h of the block
 // and query row 2 * (lane % 4) + c; OnlineSoftmax's two "row halves" hold the thread's two query rows c = 0, 1.
@@ -37,6 +37,21 @@
 namespace fp8attn::sm90 {
 
 using namespace cute;
+
+// The first MMA warpgroup's own barrier in the swapped loop and after it: an mbarrier of 128 arrivals
+// (SharedStorage::swapped_sync), not a named barrier. compute-sanitizer's racecheck lost the order of a hand-over
+// after named barriers that one warpgroup passed alone, and keeps it after mbarriers (scripts/racecheck_probe.cu).
+// Each thread carries the parity of the phase it waits for. Outside MainloopSwapped so that the kernel can hold one
+// for the epilogue whatever its traits.
+struct WarpgroupSync {
+  uint32_t phase = 0;
+  template <class SharedStorage>
+  CUTE_DEVICE void sync(SharedStorage& smem) {
+    smem.swapped_sync.arrive();
+    smem.swapped_sync.wait(phase);
+    phase ^= 1;
+  }
+};
 
 template <class Traits>
 struct MainloopSwapped {
@@ -65,8 +80,8 @@ struct MainloopSwapped {
                                                    Shape<Int<kHeadDimV>, Int<kBlockN>>{}));  // (DV, BLK_N)
   static_assert(cute::cosize_v<SmemLayoutVtStage> == Traits::kVtRows * kBlockN, "a V^T stage is dv rows");
 
-  // O staged as rows for to_row_layout (in sVt, free after the loop: every V^T tile has been read): a row of dv
-  // floats plus 4, so that the 4 rows a warp's store touches start in different banks.
+  // O staged as rows for the epilogue (stage_rows): a row of dv floats plus 4, so that the 4 rows a warp's store
+  // touches start in different banks; rows stay 16-byte aligned for the epilogue's 16-byte reads.
   static constexpr int kStageRowFloats = kHeadDimV + 4;
   static_assert(kRows * kStageRowFloats * 4 <= int(sizeof(SharedStorage::smem_vt)), "staged O fits sVt");
 
@@ -86,19 +101,6 @@ struct MainloopSwapped {
       return UniformRowScale{};
     }
   }
-
-  // The first MMA warpgroup's own barrier: an mbarrier of 128 arrivals (smem.swapped_sync), not a named barrier.
-  // compute-sanitizer's racecheck loses the order of to_row_layout's 256-thread hand-over after named barriers that
-  // one warpgroup passed alone, and keeps it after mbarriers (scripts/racecheck_probe.cu). Each thread carries the
-  // parity of the phase it waits for.
-  struct WarpgroupSync {
-    uint32_t phase = 0;
-    CUTE_DEVICE void sync(SharedStorage& smem) {
-      smem.swapped_sync.arrive();
-      smem.swapped_sync.wait(phase);
-      phase ^= 1;
-    }
-  };
 
   // Max (kMax) or sum of each of x's kStats values over the 32 threads of the warpgroup that hold the same query
   // row (lane % 4 and the four warps), through swapped_exchange; every thread gets the results. Two warpgroup
@@ -135,7 +137,7 @@ struct MainloopSwapped {
   }
 
   // The first MMA warpgroup (thread 0..127): the KV loop of one query tile; O^T, the row maxima and the row-sum
-  // shares stay in registers for to_row_layout. The range must not be empty.
+  // shares stay in registers for stage_rows. The range must not be empty.
   CUTE_DEVICE static void run(SharedStorage& smem, PipelineK& pipeline_k, PipelineVt& pipeline_vt,
                               const Mask<Traits::kBlockM, kBlockN>& mask, KvBlockRange range, int thread,
                               OnlineSoftmax& softmax, FragmentOt& tOrOt, bool kv_shared, WarpgroupSync& wg_sync) {
@@ -270,38 +272,31 @@ struct MainloopSwapped {
     fold(rescale);
   }
 
-  // Both MMA warpgroups, after the loop (only where it ran; mma_thread 0..255): O^T, the row maxima and the row sums
-  // of the first warpgroup (`tOrOt`, `softmax`) become each warpgroup's half of O and OnlineSoftmax per accumulator
-  // row, rows past kRows empty, as the split-dv loop leaves them.
-  template <class FragmentO>
-  CUTE_DEVICE static void to_row_layout(SharedStorage& smem, int mma_thread, FragmentOt const& tOrOt,
-                                        OnlineSoftmax& softmax, WarpgroupSync& wg_sync, FragmentO& tOrO) {
-    float* o_stage = reinterpret_cast<float*>(smem.smem_vt.data());  // [ROWS][kStageRowFloats]
-    if (mma_thread < 128) {
-      const int thread = mma_thread;
-      // Both sums in one exchange: [0] the row sums' shares, [1] the sums of rounded P.
-      float sums[2][2] = {{softmax.row_sum[0], softmax.row_sum[1]}, {softmax.pv_sum[0], softmax.pv_sum[1]}};
-      warpgroup_column_reduce</*kMax=*/false>(smem, thread, wg_sync, sums);
-      if (thread < 4) {
-        CUTE_UNROLL
-        for (int c = 0; c < 2; ++c) {
-          const int row = query_row(thread, c);
-          smem.swapped_row_stats[0][row] = softmax.row_max[c];
-          smem.swapped_row_stats[1][row] = sums[0][c];
-          smem.swapped_row_stats[2][row] = sums[1][c];
-        }
-      }
-      // O^T value i: dv row 64 * (i / 4) + key-row of the m64 tile's accumulator, query row (column) c.
+  // The first MMA warpgroup, after the loop (only where it ran): O^T into rows of floats (o_rows, [ROWS][kStageRowFloats]
+  // in sVt) for Epilogue::store_rows, and the row maxima and row sums into OnlineSoftmax per accumulator row, rows
+  // past kRows empty, for finalize(). Ends with both visible to the warpgroup.
+  CUTE_DEVICE static float* stage_rows(SharedStorage& smem, int thread, FragmentOt const& tOrOt, OnlineSoftmax& softmax,
+                                       WarpgroupSync& wg_sync) {
+    float* o_rows = o_rows_of(smem);
+    // Both sums in one exchange: [0] the row sums' shares, [1] the sums of rounded P.
+    float sums[2][2] = {{softmax.row_sum[0], softmax.row_sum[1]}, {softmax.pv_sum[0], softmax.pv_sum[1]}};
+    warpgroup_column_reduce</*kMax=*/false>(smem, thread, wg_sync, sums);
+    if (thread < 4) {
       CUTE_UNROLL
-      for (int i = 0; i < size(tOrOt); ++i) {
-        const int dv = 64 * (i / AccumulatorIndex::kValuesPerBlock) + block_key(thread, AccumulatorIndex::row_half(i));
-        o_stage[query_row(thread, AccumulatorIndex::column(i)) * kStageRowFloats + dv] = tOrOt(i);
+      for (int c = 0; c < 2; ++c) {
+        const int row = query_row(thread, c);
+        smem.swapped_row_stats[0][row] = softmax.row_max[c];
+        smem.swapped_row_stats[1][row] = sums[0][c];
+        smem.swapped_row_stats[2][row] = sums[1][c];
       }
     }
-    barrier_sync_unaligned<cutlass::arch::NamedBarrier::ReservedNamedBarrierCount + kSplitDvPFull, 256>();
-
-    const int thread = mma_thread % 128;
-    const int col0 = (mma_thread / 128) * Traits::kHeadDimVPerWarpgroup;
+    // O^T value i: dv row 64 * (i / 4) + key-row of the m64 tile's accumulator, query row (column) c.
+    CUTE_UNROLL
+    for (int i = 0; i < size(tOrOt); ++i) {
+      const int dv = 64 * (i / AccumulatorIndex::kValuesPerBlock) + block_key(thread, AccumulatorIndex::row_half(i));
+      o_rows[query_row(thread, AccumulatorIndex::column(i)) * kStageRowFloats + dv] = tOrOt(i);
+    }
+    wg_sync.sync(smem);
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       const int row = accumulator_row(thread, h);
@@ -311,16 +306,11 @@ struct MainloopSwapped {
       softmax.row_sum[h] = real && thread % 4 == 0 ? smem.swapped_row_stats[1][row] : 0.f;
       softmax.pv_sum[h] = real ? smem.swapped_row_stats[2][row] : 0.f;
     }
-    typename Traits::TiledMmaPV tiled_mma_pv;
-    Tensor cO = make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDimVPerWarpgroup>>{});  // (BLK_M, DV/2) -> (row, col)
-    Tensor tOcO = tiled_mma_pv.get_thread_slice(thread).partition_C(cO);  // (MMA, MMA_M, DV/2/kPvChunk) -> (row, col)
-    static_assert(decltype(size(tOcO))::value == decltype(size(FragmentO{}))::value, "O's coordinates");
-    CUTE_UNROLL
-    for (int i = 0; i < size(tOrO); ++i) {
-      const int row = int(get<0>(tOcO(i)));
-      tOrO(i) = row < kRows ? o_stage[row * kStageRowFloats + col0 + int(get<1>(tOcO(i)))] : 0.f;
-    }
+    return o_rows;
   }
+
+  // O staged as rows (in sVt, free after the loop: every V^T tile has been read).
+  CUTE_DEVICE static float* o_rows_of(SharedStorage& smem) { return reinterpret_cast<float*>(smem.smem_vt.data()); }
 };
 
 }  // namespace fp8attn::sm90
