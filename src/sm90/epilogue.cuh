@@ -128,7 +128,6 @@ struct Epilogue {
       store_pairs(partial_row(args, seq, split, target[0]), partial_row(args, seq, split, target[1]),
                   [](float* dst, float lo, float hi) { *reinterpret_cast<float2*>(dst) = make_float2(lo, hi); });
     } else {
-      auto out_offset_of = [&](const RowTarget& t) { return out_offset(args, seq, t); };
       if constexpr (kStagedOut) {
         // Thread r < 64 of the warpgroup copies row r of the warpgroup's 64.
         const int warpgroup = mma_thread / 128;
@@ -136,7 +135,7 @@ struct Epilogue {
         const RowTarget copy_target = pack.row_target(m_block * kBlockM + warpgroup * 64 + copy_row, head);
         const bool copies = copy_row < 64 && copy_target.token < seq.seqlen_q;
         const int out_bytes = args.out_type == OutputType::kE4M3 ? 1 : 2;
-        char* out_row = static_cast<char*>(args.out) + out_offset_of(copy_target) * out_bytes;
+        char* out_row = static_cast<char*>(args.out) + out_offset(args, seq, copy_target) * out_bytes;
         char* region = reinterpret_cast<char*>(smem.smem_vload.data()) + warpgroup * kStageRegionBytes;
         const int local_row[2] = {accumulator_row(mma_thread, 0) % 64, accumulator_row(mma_thread, 1) % 64};
         auto warpgroup_sync = [&]() { warpgroup_named_sync<Traits::kNumMmaWarpgroups, kEpilogueWarpgroup0>(warpgroup); };
@@ -162,7 +161,7 @@ struct Epilogue {
       } else {
         with_output_store(args.out_type, [&](auto store) {
           auto* out = static_cast<typename decltype(store)::Element*>(args.out);
-          store_pairs(out + out_offset_of(target[0]), out + out_offset_of(target[1]), store);
+          store_pairs(out + out_offset(args, seq, target[0]), out + out_offset(args, seq, target[1]), store);
         });
       }
     }

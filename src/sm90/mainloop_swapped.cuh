@@ -277,7 +277,7 @@ struct MainloopSwapped {
   // past kRows empty, for finalize(). Ends with both visible to the warpgroup.
   CUTE_DEVICE static float* stage_rows(SharedStorage& smem, int thread, FragmentOt const& tOrOt, OnlineSoftmax& softmax,
                                        WarpgroupSync& wg_sync) {
-    float* o_rows = o_rows_of(smem);
+    float* o_rows = reinterpret_cast<float*>(smem.smem_vt.data());  // sVt is free: every V^T tile has been read
     // Both sums in one exchange: [0] the row sums' shares, [1] the sums of rounded P.
     float sums[2][2] = {{softmax.row_sum[0], softmax.row_sum[1]}, {softmax.pv_sum[0], softmax.pv_sum[1]}};
     warpgroup_column_reduce</*kMax=*/false>(smem, thread, wg_sync, sums);
@@ -308,9 +308,6 @@ struct MainloopSwapped {
     }
     return o_rows;
   }
-
-  // O staged as rows (in sVt, free after the loop: every V^T tile has been read).
-  CUTE_DEVICE static float* o_rows_of(SharedStorage& smem) { return reinterpret_cast<float*>(smem.smem_vt.data()); }
 };
 
 }  // namespace fp8attn::sm90

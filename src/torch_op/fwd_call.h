@@ -105,7 +105,6 @@ inline fp8attn_dtype dtype_code(const TensorArg& t) {
   }
 }
 
-// The allocation as the library checks it against the sizes (params.h, "Extents"); ndim <= 4 is checked first.
 // Element strides of a varlen [rows, heads, d] tensor (its batch stride unused, left as initialised) or of a
 // batched [B, rows, heads, d] one.
 inline void set_strides(const TensorArg& t, bool varlen, int64_t& batch, int64_t& row, int64_t& head) {
@@ -116,6 +115,7 @@ inline void set_strides(const TensorArg& t, bool varlen, int64_t& batch, int64_t
   }
 }
 
+// The allocation as the library checks it against the sizes (params.h, "Extents"); ndim <= 4 is checked first.
 inline void describe_shape(fp8attn_shape& shape, const TensorArg& t) {
   shape.ndim = int32_t(t.ndim);
   for (int64_t i = 0; i < t.ndim && i < 4; ++i) shape.size[i] = t.size(i);
