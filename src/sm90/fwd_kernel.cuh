@@ -103,9 +103,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
 
   // Warp 0 has initialised every barrier: in the 128-row kernels thread 0 issues the first loads now, before the
   // ones rows and the CTA barrier, so that their latency overlaps the rest of the prologue
-  // (ProducerLoad::issue_first_loads; prefill at 1k keys +1.1-1.9%, docs/design.md, Measured choices). The 64-row
-  // kernels (decode, short narrow prefill) do not: their paged and PackGQA loads start after the barrier anyway, and
-  // with the early path the 8 MB decode steps were 0.1 us slower.
+  // (ProducerLoad::issue_first_loads; prefill at 1k keys +1.1-1.9%, docs/design.md, Measured choices). The other
+  // 64-row kernels (d <= 256 decode, short narrow prefill) do not: their paged and PackGQA loads start after the
+  // barrier anyway, and with the early path the 8 MB decode steps were 0.1 us slower. Split dv issues its first
+  // loads at the CTA barrier (below).
   typename ProducerLoad<Traits>::LoadStates load_states;
   bool first_loads_issued = false;
   if constexpr (kBlockM >= 128) {
@@ -113,8 +114,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       cutlass::arch::fence_barrier_init();
       __syncwarp();  // the barriers were initialised by warp 0's elected lane
       if (threadIdx.x == 0 && has_work) {
-        first_loads_issued = ProducerLoad<Traits>::issue_first_loads(params, smem, pipeline_k, pipeline_vload, seq,
-                                                                     range, tile.m_block, kv_head, tile.head, load_states);
+        first_loads_issued = ProducerLoad<Traits>::issue_first_loads(params, smem, pipeline_k, pipeline_vload, seq, range,
+                                                                     tile.m_block, kv_head, tile.head, tile.batch,
+                                                                     load_states);
       }
     }
   }
@@ -142,7 +144,30 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   TileScheduler::keep(tile, smem.scheduled_tile);
 
   cutlass::arch::fence_barrier_init();
-  __syncthreads();
+  if constexpr (Traits::kSplitDv) {
+    // Split dv (d512), whose decode CTAs run a handful of KV blocks and whose start is a large share of a step: the
+    // load warp arrives at the CTA barrier without waiting and issues the first KV block (its block-table lookup,
+    // the TMA), and a q16 kernel's MMA warpgroups quantize Q before they wait there, so that both chains run under
+    // the rest of the prologue rather than after it (docs/design.md section 8).
+    if (warp_idx == 0) {
+      barrier_arrive_unaligned<kCtaBarrier, Traits::kNumThreads>();
+      __syncwarp();  // the barriers were initialised by warp 0's elected lane
+      if (has_work) {
+        first_loads_issued = ProducerLoad<Traits>::issue_first_loads(params, smem, pipeline_k, pipeline_vload, seq,
+                                                                     range, tile.m_block, kv_head, tile.head,
+                                                                     tile.batch, load_states);
+      }
+    } else {
+      if constexpr (Traits::kQ16) {
+        if (!is_producer && has_work) {
+          QuantizeQ<Traits>::run(args, seq, tile.m_block, tile.head, threadIdx.x - Traits::kNumProducerThreads, smem);
+        }
+      }
+      barrier_sync_unaligned<kCtaBarrier, Traits::kNumThreads>();
+    }
+  } else {
+    __syncthreads();
+  }
 
   // The whole CTA agrees, so no barrier is left waiting (and a CTA without rows has issued no load).
   if (!has_rows) { return; }
@@ -162,8 +187,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // folds into it (with split-KV the combine applies it to the combined rows instead).
     float v_descale = args.v_descale.load(tile.batch, kv_head);
     if (args.output_scale != nullptr && !args.split_kv) { v_descale /= *args.output_scale; }
-    // A q16 kernel quantizes its 16-bit Q into sQ here (quantize_q.cuh); its per-row scales join the softmax's.
-    if constexpr (Traits::kQ16) {
+    // A q16 kernel quantizes its 16-bit Q into sQ here (quantize_q.cuh; split dv: before the CTA barrier); its
+    // per-row scales join the softmax's.
+    if constexpr (Traits::kQ16 && !Traits::kSplitDv) {
       if (has_work) { QuantizeQ<Traits>::run(args, seq, tile.m_block, tile.head, mma_thread, smem); }
     }
     OnlineSoftmax softmax = args.softcap_tanh_scale != 0.f
