@@ -147,8 +147,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   if constexpr (Traits::kSplitDv) {
     // Split dv (d512), whose decode CTAs run a handful of KV blocks and whose start is a large share of a step: the
     // load warp arrives at the CTA barrier without waiting and issues the first KV block (its block-table lookup,
-    // the TMA), and a q16 kernel's MMA warpgroups quantize Q before they wait there, so that both chains run under
-    // the rest of the prologue rather than after it (docs/design.md section 8).
+    // the TMA) at once, so that their round trips run under the rest of the prologue (docs/design.md section 8).
     if (warp_idx == 0) {
       barrier_arrive_unaligned<kCtaBarrier, Traits::kNumThreads>();
       __syncwarp();  // the barriers were initialised by warp 0's elected lane
@@ -158,11 +157,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
                                                                      tile.batch, load_states);
       }
     } else {
-      if constexpr (Traits::kQ16) {
-        if (!is_producer && has_work) {
-          QuantizeQ<Traits>::run(args, seq, tile.m_block, tile.head, threadIdx.x - Traits::kNumProducerThreads, smem);
-        }
-      }
       barrier_sync_unaligned<kCtaBarrier, Traits::kNumThreads>();
     }
   } else {
@@ -187,9 +181,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // folds into it (with split-KV the combine applies it to the combined rows instead).
     float v_descale = args.v_descale.load(tile.batch, kv_head);
     if (args.output_scale != nullptr && !args.split_kv) { v_descale /= *args.output_scale; }
-    // A q16 kernel quantizes its 16-bit Q into sQ here (quantize_q.cuh; split dv: before the CTA barrier); its
-    // per-row scales join the softmax's.
-    if constexpr (Traits::kQ16 && !Traits::kSplitDv) {
+    // A q16 kernel quantizes its 16-bit Q into sQ here (quantize_q.cuh); its per-row scales join the softmax's.
+    if constexpr (Traits::kQ16) {
       if (has_work) { QuantizeQ<Traits>::run(args, seq, tile.m_block, tile.head, mma_thread, smem); }
     }
     OnlineSoftmax softmax = args.softcap_tanh_scale != 0.f
