@@ -103,10 +103,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
 
   // Warp 0 has initialised every barrier: in the 128-row kernels thread 0 issues the first loads now, before the
   // ones rows and the CTA barrier, so that their latency overlaps the rest of the prologue
-  // (ProducerLoad::issue_first_loads; prefill at 1k keys +1.1-1.9%, docs/design.md, Measured choices). The other
-  // 64-row kernels (d <= 256 decode, short narrow prefill) do not: their paged and PackGQA loads start after the
-  // barrier anyway, and with the early path the 8 MB decode steps were 0.1 us slower. Split dv issues its first
-  // loads at the CTA barrier (below).
+  // (ProducerLoad::issue_first_loads; prefill at 1k keys +1.1-1.9%, docs/design.md, Measured choices). The 64-row
+  // kernels (decode, short narrow prefill) do not: their paged and PackGQA loads start after the barrier anyway, and
+  // with the early path the 8 MB decode steps were 0.1 us slower.
   typename ProducerLoad<Traits>::LoadStates load_states;
   bool first_loads_issued = false;
   if constexpr (kBlockM >= 128) {
@@ -114,9 +113,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       cutlass::arch::fence_barrier_init();
       __syncwarp();  // the barriers were initialised by warp 0's elected lane
       if (threadIdx.x == 0 && has_work) {
-        first_loads_issued = ProducerLoad<Traits>::issue_first_loads(params, smem, pipeline_k, pipeline_vload, seq, range,
-                                                                     tile.m_block, kv_head, tile.head, tile.batch,
-                                                                     load_states);
+        first_loads_issued = ProducerLoad<Traits>::issue_first_loads(params, smem, pipeline_k, pipeline_vload, seq,
+                                                                     range, tile.m_block, kv_head, tile.head, load_states);
       }
     }
   }
@@ -144,24 +142,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   TileScheduler::keep(tile, smem.scheduled_tile);
 
   cutlass::arch::fence_barrier_init();
-  if constexpr (Traits::kSplitDv) {
-    // Split dv (d512), whose decode CTAs run a handful of KV blocks and whose start is a large share of a step: the
-    // load warp arrives at the CTA barrier without waiting and issues the first KV block (its block-table lookup,
-    // the TMA) at once, so that their round trips run under the rest of the prologue (docs/design.md section 8).
-    if (warp_idx == 0) {
-      barrier_arrive_unaligned<kCtaBarrier, Traits::kNumThreads>();
-      __syncwarp();  // the barriers were initialised by warp 0's elected lane
-      if (has_work) {
-        first_loads_issued = ProducerLoad<Traits>::issue_first_loads(params, smem, pipeline_k, pipeline_vload, seq,
-                                                                     range, tile.m_block, kv_head, tile.head,
-                                                                     tile.batch, load_states);
-      }
-    } else {
-      barrier_sync_unaligned<kCtaBarrier, Traits::kNumThreads>();
-    }
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   // The whole CTA agrees, so no barrier is left waiting (and a CTA without rows has issued no load).
   if (!has_rows) { return; }

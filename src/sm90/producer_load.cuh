@@ -60,34 +60,18 @@ struct ProducerLoad {
     VLoadState v = cutlass::make_producer_start_state<PipelineVLoad>();
   };
 
-  // The first loads, before the load warp has waited at the CTA barrier (fwd_kernel.cuh), so that their latency
-  // overlaps the rest of the prologue. Returns whether it issued them (run() then goes on from the second block).
-  // The block range must not be empty.
-  //   - 128-row kernels, thread 0: Q's TMA and the first KV block's V and K, dense and varlen K/V with Q by TMA only
-  //     (phase clocks of a d128 1k prefill CTA: Q and the first K/V went out 1.6 and 2.0 us after its start, this
-  //     way 1.2 and 1.3; docs/design.md, Measured choices);
-  //   - split dv (d512), the whole load warp: the first KV block, dense or paged (its block-table lookup too), and an
-  //     E4M3 Q's TMA where it is not gathered (PackGQA).
+  // Thread 0, right after it has initialised the barriers and before the ones rows and the CTA barrier
+  // (fwd_kernel.cuh): Q's TMA and the first KV block's V and K, so that their latency overlaps the rest of the
+  // prologue (phase clocks of a d128 1k prefill CTA: Q and the first K/V went out 1.6 and 2.0 us after its start,
+  // this way 1.2 and 1.3; docs/design.md, Measured choices). Dense and varlen K/V with Q by TMA only; returns whether
+  // it issued them. The block range must not be empty.
   template <class Params>
   CUTE_DEVICE static bool issue_first_loads(Params const& params, SharedStorage& smem, PipelineK& pipeline_k,
                                             PipelineVLoad& pipeline_vload, const SeqInfo& seq, KvBlockRange range,
-                                            int m_block, int kv_head, int head_q, int batch, LoadStates& states) {
-    const FwdArgs& args = params.args;
-    const int first = range.n_block_max - 1;
-    if constexpr (Traits::kSplitDv) {
-      if constexpr (!Traits::kQ16) {
-        if (!args.pack_gqa && threadIdx.x == 0) { load_q(params, smem, seq, m_block, head_q); }
-      }
-      if (args.block_table != nullptr) {
-        load_kv_paged(params, seq, first, first, kv_head, batch, threadIdx.x % 32, smem, pipeline_k, pipeline_vload,
-                      states);
-        return true;
-      }
-    } else {
-      if (args.pack_gqa || args.block_table != nullptr) { return false; }
-      if constexpr (!Traits::kQ16) { load_q(params, smem, seq, m_block, head_q); }
-    }
-    load_kv_tiles(params, seq, first, first, kv_head, smem, pipeline_k, pipeline_vload, states);
+                                            int m_block, int kv_head, int head_q, LoadStates& states) {
+    if (params.args.pack_gqa || params.args.block_table != nullptr) { return false; }
+    if constexpr (!Traits::kQ16) { load_q(params, smem, seq, m_block, head_q); }
+    load_kv_tiles(params, seq, range.n_block_max - 1, range.n_block_max - 1, kv_head, smem, pipeline_k, pipeline_vload, states);
     return true;
   }
 
@@ -116,12 +100,13 @@ struct ProducerLoad {
     }
 
     if (warp == 0) {
-      const int n_block_from = range.n_block_max - 1 - int(first_loads_issued);
       if (args.block_table == nullptr) {
-        load_kv_tiles(params, seq, n_block_from, range.n_block_min, kv_head, smem, pipeline_k, pipeline_vload, states);
+        load_kv_tiles(params, seq, range.n_block_max - 1 - int(first_loads_issued), range.n_block_min, kv_head, smem,
+                      pipeline_k, pipeline_vload, states);
       } else {
-        load_kv_paged(params, seq, n_block_from, range.n_block_min, kv_head, batch, lane, smem, pipeline_k,
-                      pipeline_vload, states);
+        Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});  // (BLK_N, D, PIPE)
+        Tensor sVLoad = make_tensor(make_smem_ptr(Traits::v_load_buffer(smem)), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
+        load_kv_paged(params, seq, range, kv_head, batch, lane, sK, sVLoad, pipeline_k, pipeline_vload);
       }
     } else if (shares_kv(args)) {
       transpose_v_tiles(smem, smem.smem_k.data(), pipeline_k, KState{}, pipeline_vt, seq, range, warp - 1, lane);
@@ -178,42 +163,41 @@ struct ProducerLoad {
     }
   }
 
-  // Warp 0, paged K/V: lane b loads box b of each tile (16 rows of K and of V), blocks n_block_from down to
-  // n_block_to. Lane 0 first waits for the stage to be free and posts the tile's byte count on its barrier; then the
-  // boxes go out from their lanes.
-  template <class Params>
-  CUTE_DEVICE static void load_kv_paged(Params const& params, const SeqInfo& seq, int n_block_from, int n_block_to,
-                                        int kv_head, int batch, int lane, SharedStorage& smem, PipelineK& pipeline_k,
-                                        PipelineVLoad& pipeline_vload, LoadStates& states) {
-    Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});  // (BLK_N, D, PIPE)
-    Tensor sVLoad = make_tensor(make_smem_ptr(Traits::v_load_buffer(smem)), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
+  // Warp 0, paged K/V: lane b loads box b of each tile (16 rows of K and of V). Lane 0 first waits for the
+  // stage to be free and posts the tile's byte count on its barrier; then the boxes go out from their lanes.
+  template <class Params, class TensorK, class TensorV>
+  CUTE_DEVICE static void load_kv_paged(Params const& params, const SeqInfo& seq, KvBlockRange range, int kv_head,
+                                        int batch, int lane, TensorK& sK, TensorV& sVLoad, PipelineK& pipeline_k,
+                                        PipelineVLoad& pipeline_vload) {
     // (page_size, D, heads_kv, num_pages)
     Tensor mK = params.tma_k_box.get_tma_tensor(params.shape_k);
     Tensor mV = params.tma_v_box.get_tma_tensor(params.shape_v);
     const bool is_leader = lane == 0;
     const bool loads_a_box = lane < Traits::kBoxesPerTile;
+    KState load_k_state = cutlass::make_producer_start_state<PipelineK>();
+    VLoadState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
     const bool kv_shared = shares_kv(params.args);
-    for (int n_block = n_block_from; n_block >= n_block_to; --n_block) {
+    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
       int box_row, box_page;
       locate_box(params.args, seq, batch, n_block, lane, box_row, box_page);
       if (!kv_shared) {
-        if (is_leader) { pipeline_vload.producer_acquire(states.v); }
+        if (is_leader) { pipeline_vload.producer_acquire(load_v_state); }
         __syncwarp();
         if (loads_a_box) {
-          Tensor sVStage = sVLoad(_, _, states.v.index());  // (BLK_N, DV)
-          copy_box<kHeadDimV>(params.tma_v_box, *pipeline_vload.producer_get_barrier(states.v), mV, box_row,
+          Tensor sVStage = sVLoad(_, _, load_v_state.index());  // (BLK_N, DV)
+          copy_box<kHeadDimV>(params.tma_v_box, *pipeline_vload.producer_get_barrier(load_v_state), mV, box_row,
                               kv_head, box_page, sVStage, lane);
         }
-        ++states.v;
+        ++load_v_state;
       }
-      if (is_leader) { pipeline_k.producer_acquire(states.k); }
+      if (is_leader) { pipeline_k.producer_acquire(load_k_state); }
       __syncwarp();
       if (loads_a_box) {
-        Tensor sKStage = sK(_, _, states.k.index());  // (BLK_N, D)
-        copy_box<kHeadDim>(params.tma_k_box, *pipeline_k.producer_get_barrier(states.k), mK, box_row, kv_head,
+        Tensor sKStage = sK(_, _, load_k_state.index());  // (BLK_N, D)
+        copy_box<kHeadDim>(params.tma_k_box, *pipeline_k.producer_get_barrier(load_k_state), mK, box_row, kv_head,
                            box_page, sKStage, lane);
       }
-      advance_k_stage<Traits>(states.k, kv_shared);
+      advance_k_stage<Traits>(load_k_state, kv_shared);
     }
   }
 

@@ -63,14 +63,6 @@ CUTE_DEVICE void barrier_sync_unaligned() {
   asm volatile("barrier.sync %0, %1;" : : "n"(kId), "n"(kThreads) : "memory");
 }
 
-// Arrives at named barrier `id` for `threads` threads without waiting for it (the producer side of a barrier that
-// other threads barrier_sync_unaligned on); the arriving threads' earlier memory accesses are ordered before the
-// waiting threads' later ones.
-template <uint32_t kId, uint32_t kThreads>
-CUTE_DEVICE void barrier_arrive_unaligned() {
-  asm volatile("barrier.arrive %0, %1;" : : "n"(kId), "n"(kThreads) : "memory");
-}
-
 // Two fp32 values to two E4M3 bytes (lo in the low byte), round-to-nearest-even, saturating at 448.
 CUTE_DEVICE uint32_t pack_e4m3x2(float lo, float hi) {
   uint16_t packed;

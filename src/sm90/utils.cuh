@@ -12,10 +12,6 @@ namespace fp8attn::sm90 {
 
 using namespace cute;
 
-// The hardware barrier of __syncthreads: the split-dv kernels' CTA barrier, where the load warp arrives without
-// waiting (fwd_kernel.cuh).
-constexpr uint32_t kCtaBarrier = 0;
-
 // The named barriers (bar.sync ids, cutlass::arch::NamedBarrier's user ids 0-7: hardware barriers 8-15) the kernels
 // use; CUTLASS's pipelines synchronize through mbarriers instead.
 // Each id is an immediate at its call site: a register id makes ptxas reserve all 16.
