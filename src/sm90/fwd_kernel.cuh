@@ -19,6 +19,7 @@
 #include "sm90/mainloop_swapped.cuh"
 #include "sm90/mask.cuh"
 #include "sm90/pack_gqa.cuh"
+#include "sm90/phase_probe.cuh"
 #include "sm90/producer_load.cuh"
 #include "sm90/quantize_q.cuh"
 #include "sm90/softmax.cuh"
@@ -44,6 +45,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   const int warpgroup = warp_idx / 4;
   const bool is_producer = warpgroup == 0;
   const FwdArgs& args = params.args;
+  phase_probe_begin(args, smem);
   // The sequence's lengths and offsets first: their global loads (a cold round trip for a decode CTA) are in
   // flight during the prologue below instead of after it (docs/design.md, Measured choices).
   const TileCoord tile = TileScheduler::tile(args);
@@ -143,6 +145,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
 
   cutlass::arch::fence_barrier_init();
   __syncthreads();
+  if (threadIdx.x == 0) { phase_mark(smem, kPhaseCtaBarrier); }
 
   // The whole CTA agrees, so no barrier is left waiting (and a CTA without rows has issued no load).
   if (!has_rows) { return; }
@@ -181,8 +184,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
             typename Swapped::FragmentOt tOrOt;
             clear(tOrOt);
             if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
+            if (mma_thread == 0) { phase_mark(smem, kPhaseQReady); }
             Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt, args.kv_shared, wg_sync);
+            if (mma_thread == 0) { phase_mark(smem, kPhaseLoopDone); }
             o_rows = Swapped::stage_rows(smem, mma_thread, tOrOt, softmax, wg_sync);
+            if (mma_thread == 0) { phase_mark(smem, kPhaseRowsStaged); }
           }
         } else if (mma_thread < 128) {
           if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
@@ -240,10 +246,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
         Epilogue<Traits>::template store_rows<MainloopSwapped<Traits>::kStageRowFloats>(
             smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread,
             o_rows, o_scale, lse, [&] { wg_sync.sync(smem); });
+        if (epilogue_thread == 0) {
+          phase_mark(smem, kPhaseEnd);
+          phase_mark(smem, kPhaseEndNs);
+        }
         return;
       }
     }
     Epilogue<Traits>::store(smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
+    if (epilogue_thread == 0) {
+      phase_mark(smem, kPhaseEnd);
+      phase_mark(smem, kPhaseEndNs);
+    }
   }
 }
 

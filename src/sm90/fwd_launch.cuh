@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+
 #include <array>
 #include <atomic>
 
@@ -126,6 +128,14 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
   using Element = typename Traits::Element;
   Params params;
   params.args = make_fwd_args(p, config);
+#ifdef FP8ATTN_PHASE_PROBE
+  // A probe build (phase_probe.cuh): "ADDRESS,CTAS", the marks buffer and its rows, set by bench/phase_probe.py.
+  if (const char* marks = std::getenv("FP8ATTN_PHASE_MARKS"); marks != nullptr) {
+    char* rest = nullptr;
+    params.args.phase_marks = reinterpret_cast<uint64_t*>(std::strtoull(marks, &rest, 0));
+    params.args.phase_mark_ctas = *rest == ',' ? uint32_t(std::strtoul(rest + 1, nullptr, 0)) : 0u;
+  }
+#endif
 
   const bool varlen_q = p.cu_seqlens_q != nullptr;
   const bool varlen_k = p.cu_seqlens_k != nullptr;

@@ -94,6 +94,11 @@ struct FwdArgs {
   // Bottom-right aligned window; causal arrives here as window_right = 0. -1: unbounded.
   int window_left = -1;
   int window_right = -1;
+#ifdef FP8ATTN_PHASE_PROBE
+  // A probe build's clock marks, [phase_mark_ctas, kPhaseMarks] (phase_probe.cuh); nullptr: none recorded.
+  uint64_t* phase_marks = nullptr;
+  uint32_t phase_mark_ctas = 0;
+#endif
 };
 
 // Where one sequence's rows live and how long it is.

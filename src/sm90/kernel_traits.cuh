@@ -231,6 +231,9 @@ struct KernelTraits {
     float swapped_exchange[kSplitDv ? 2 : 1][kSplitDv ? 4 : 1][kSplitDv ? kSwappedRows : 1];
     float swapped_row_stats[kSplitDv ? 3 : 1][kSplitDv ? kSwappedRows : 1];
     cutlass::arch::ClusterBarrier swapped_sync;  // the loop's warpgroup barrier (128 arrivals; split dv only)
+#ifdef FP8ATTN_PHASE_PROBE
+    uint64_t* phase_marks;  // a probe build: this CTA's row of FwdArgs::phase_marks, or nullptr (phase_probe.cuh)
+#endif
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes * kCtasPerSm <= 227 * 1024, "shared memory over the SM90 limit for kCtasPerSm CTAs");

@@ -32,6 +32,7 @@
 #include "sm90/kernel_args.cuh"
 #include "sm90/kernel_traits.cuh"
 #include "sm90/mask.cuh"
+#include "sm90/phase_probe.cuh"
 #include "sm90/quantize_q.cuh"
 #include "sm90/softmax.cuh"
 #include "sm90/utils.cuh"
@@ -249,6 +250,7 @@ struct MainloopSwapped {
     int n_block = range.n_block_max - 1;
     int pt_buffer = 0;
     pipeline_k.consumer_wait(k_state);
+    if (thread == 0) { phase_mark(smem, kPhaseFirstKLanded); }
     issue_st(k_state.index());
     warpgroup_wait<0>();
     st_completed();

@@ -21,6 +21,7 @@
 #include "sm90/kernel_args.cuh"
 #include "sm90/kernel_traits.cuh"
 #include "sm90/mask.cuh"
+#include "sm90/phase_probe.cuh"
 #include "sm90/transpose_v.cuh"
 
 namespace fp8attn::sm90 {
@@ -104,9 +105,7 @@ struct ProducerLoad {
         load_kv_tiles(params, seq, range.n_block_max - 1 - int(first_loads_issued), range.n_block_min, kv_head, smem,
                       pipeline_k, pipeline_vload, states);
       } else {
-        Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});  // (BLK_N, D, PIPE)
-        Tensor sVLoad = make_tensor(make_smem_ptr(Traits::v_load_buffer(smem)), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
-        load_kv_paged(params, seq, range, kv_head, batch, lane, sK, sVLoad, pipeline_k, pipeline_vload);
+        load_kv_paged(params, seq, range, kv_head, batch, lane, smem, pipeline_k, pipeline_vload);
       }
     } else if (shares_kv(args)) {
       transpose_v_tiles(smem, smem.smem_k.data(), pipeline_k, KState{}, pipeline_vt, seq, range, warp - 1, lane);
@@ -159,16 +158,19 @@ struct ProducerLoad {
       pipeline_k.producer_acquire(states.k);
       copy(params.tma_k_tile.with(*pipeline_k.producer_get_barrier(states.k), 0), tKgK(_, n_block),
            tKsK(_, states.k.index()));
+      if (n_block == n_block_from) { phase_mark(smem, kPhaseFirstKvIssued); }
       advance_k_stage<Traits>(states.k, kv_shared);
     }
   }
 
   // Warp 0, paged K/V: lane b loads box b of each tile (16 rows of K and of V). Lane 0 first waits for the
   // stage to be free and posts the tile's byte count on its barrier; then the boxes go out from their lanes.
-  template <class Params, class TensorK, class TensorV>
+  template <class Params>
   CUTE_DEVICE static void load_kv_paged(Params const& params, const SeqInfo& seq, KvBlockRange range, int kv_head,
-                                        int batch, int lane, TensorK& sK, TensorV& sVLoad, PipelineK& pipeline_k,
+                                        int batch, int lane, SharedStorage& smem, PipelineK& pipeline_k,
                                         PipelineVLoad& pipeline_vload) {
+    Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});  // (BLK_N, D, PIPE)
+    Tensor sVLoad = make_tensor(make_smem_ptr(Traits::v_load_buffer(smem)), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
     // (page_size, D, heads_kv, num_pages)
     Tensor mK = params.tma_k_box.get_tma_tensor(params.shape_k);
     Tensor mV = params.tma_v_box.get_tma_tensor(params.shape_v);
@@ -197,6 +199,7 @@ struct ProducerLoad {
         copy_box<kHeadDim>(params.tma_k_box, *pipeline_k.producer_get_barrier(load_k_state), mK, box_row, kv_head,
                            box_page, sKStage, lane);
       }
+      if (is_leader && n_block == range.n_block_max - 1) { phase_mark(smem, kPhaseFirstKvIssued); }
       advance_k_stage<Traits>(load_k_state, kv_shared);
     }
   }

@@ -276,3 +276,22 @@ def test_vllm_ours_call_passes_vllm_034s_arguments(monkeypatch: pytest.MonkeyPat
     assert kwargs["num_splits"] == 32 and kwargs["causal"] is True and kwargs["fa_version"] == 3  # 42 tokens
     assert kwargs["out"] is inp.full.out and kwargs["window_size"] == (-1, -1)
     assert all(kwargs[k] is None for k in ("s_aux", "scheduler_metadata", *bench_vllm.VLLM_034_KEYWORDS))
+
+
+def test_phase_probe_converts_cycles_to_microseconds() -> None:
+    import phase_probe
+
+    col = {name: i for i, name in enumerate(phase_probe.MARKS)}
+    marks = torch.zeros(2, len(phase_probe.MARKS), dtype=torch.int64)
+    # CTA 0 at 2 cycles per ns: the barrier 2,000 cycles after entry (1 us), the end 20,000 (10 us); no loop marks.
+    marks[0, col["entry"]], marks[0, col["cta_barrier"]], marks[0, col["end"]] = 1000, 3000, 21000
+    marks[0, col["entry_ns"]], marks[0, col["end_ns"]] = 500, 10500
+    # CTA 1 at 1 cycle per ns, with a loop: done 4,000 cycles in (4 us), the end at 5 us.
+    marks[1, col["entry"]], marks[1, col["loop_done"]], marks[1, col["end"]] = 7, 4007, 5007
+    marks[1, col["entry_ns"]], marks[1, col["end_ns"]] = 0, 5000
+    us = phase_probe.cta_microseconds(marks)
+    assert us["cta_barrier"] == pytest.approx([1.0])
+    assert us["loop_done"] == pytest.approx([4.0])  # CTA 0 did not record it
+    assert us["end"] == pytest.approx([10.0, 5.0])
+    assert us["cycles_per_ns"] == pytest.approx([2.0, 1.0])
+    assert "entry" not in us and "end_ns" not in us

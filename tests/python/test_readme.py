@@ -60,6 +60,7 @@ def _variables_read() -> dict[str, str]:
                  r"env_u64\(\s*\"([A-Z0-9_]+)\""],
         ".h": [r"getenv\(\s*\"([A-Z0-9_]+)\""],
         ".cu": [r"getenv\(\s*\"([A-Z0-9_]+)\""],
+        ".cuh": [r"getenv\(\s*\"([A-Z0-9_]+)\""],
         ".sh": [r"\$\{([A-Z][A-Z0-9_]*)(?::-|-|:\+|:=)"],
         ".toml": [r"env\s*=\s*\"([A-Z0-9_]+)\""],
         ".cmake": [r"\$ENV\{([A-Z0-9_]+)\}"],
