@@ -158,7 +158,7 @@ struct ProducerLoad {
       pipeline_k.producer_acquire(states.k);
       copy(params.tma_k_tile.with(*pipeline_k.producer_get_barrier(states.k), 0), tKgK(_, n_block),
            tKsK(_, states.k.index()));
-      if (n_block == n_block_from) { phase_mark(smem, kPhaseFirstKvIssued); }
+      if (states.k.count() == 0) { phase_mark(smem, kPhaseFirstKvIssued); }  // the CTA's first K, not this call's
       advance_k_stage<Traits>(states.k, kv_shared);
     }
   }
