@@ -246,18 +246,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
         Epilogue<Traits>::template store_rows<MainloopSwapped<Traits>::kStageRowFloats>(
             smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread,
             o_rows, o_scale, lse, [&] { wg_sync.sync(smem); });
-        if (epilogue_thread == 0) {
-          phase_mark(smem, kPhaseEnd);
-          phase_mark(smem, kPhaseEndNs);
-        }
+        if (epilogue_thread == 0) { phase_probe_end(smem); }
         return;
       }
     }
     Epilogue<Traits>::store(smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
-    if (epilogue_thread == 0) {
-      phase_mark(smem, kPhaseEnd);
-      phase_mark(smem, kPhaseEndNs);
-    }
+    if (epilogue_thread == 0) { phase_probe_end(smem); }
   }
 }
 

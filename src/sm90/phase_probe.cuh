@@ -76,4 +76,11 @@ CUTE_DEVICE void phase_mark(const SharedStorage& smem, PhaseMark mark) {
 #endif
 }
 
+// The first MMA thread, once the tile's stores are issued: the end marks (clock64 and %globaltimer).
+template <class SharedStorage>
+CUTE_DEVICE void phase_probe_end(const SharedStorage& smem) {
+  phase_mark(smem, kPhaseEnd);
+  phase_mark(smem, kPhaseEndNs);
+}
+
 }  // namespace fp8attn::sm90

@@ -199,7 +199,7 @@ struct ProducerLoad {
         copy_box<kHeadDim>(params.tma_k_box, *pipeline_k.producer_get_barrier(load_k_state), mK, box_row, kv_head,
                            box_page, sKStage, lane);
       }
-      if (is_leader && n_block == range.n_block_max - 1) { phase_mark(smem, kPhaseFirstKvIssued); }
+      if (is_leader && load_k_state.count() == 0) { phase_mark(smem, kPhaseFirstKvIssued); }
       advance_k_stage<Traits>(load_k_state, kv_shared);
     }
   }
