@@ -24,8 +24,8 @@ import bench_common as bc
 from bench_d512 import decode_layer
 
 # src/sm90/phase_probe.cuh's PhaseMark, in its order (tests/python/test_phase_probe.py checks the two agree).
-MARKS = ["entry", "cta_barrier", "first_kv_issued", "q_ready", "first_k_landed", "loop_done", "rows_staged", "end",
-         "entry_ns", "end_ns"]
+MARKS = ["entry", "cta_barrier", "producer_start", "mma_start", "first_kv_issued", "q_loaded", "q_ready",
+         "first_k_landed", "loop_done", "rows_staged", "epilogue_start", "end", "entry_ns", "end_ns"]
 MAX_CTAS = 8192
 
 

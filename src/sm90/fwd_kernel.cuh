@@ -152,6 +152,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
 
   if (is_producer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (threadIdx.x == 0) { phase_mark(smem, kPhaseProducerStart); }
     if (has_work) {
       ProducerLoad<Traits>::run(params, smem, pipeline_k, pipeline_vload, pipeline_vt, seq, range, tile.m_block,
                                 kv_head, tile.head, tile.batch, first_loads_issued, load_states);
@@ -159,6 +160,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegs>();
     const int mma_thread = threadIdx.x - Traits::kNumProducerThreads;
+    if (mma_thread == 0) { phase_mark(smem, kPhaseMmaStart); }
     const float qk_descale = args.q_descale.load(tile.batch, kv_head) * args.k_descale.load(tile.batch, kv_head);
     // Read now, used by the finalisation: read there, its round trip sat between the KV loop and the output
     // (0.36 us of a 16 us d128 1k prefill CTA; docs/design.md, Measured choices). An FP8 output's 1 / scale
@@ -241,6 +243,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/design.md, Measured
     // choices; the likely reason: released early, the combine's CTAs land on the few SMs that happen to be free then).
     cutlass::arch::launch_dependent_grids();
+    if (epilogue_thread == 0) { phase_mark(smem, kPhaseEpilogueStart); }
     if constexpr (Traits::kSplitDv) {
       if (args.swapped_operands) {
         Epilogue<Traits>::template store_rows<MainloopSwapped<Traits>::kStageRowFloats>(

@@ -22,11 +22,15 @@ namespace fp8attn::sm90 {
 enum PhaseMark : int {
   kPhaseEntry = 0,         // thread 0, the kernel's first statement
   kPhaseCtaBarrier,        // thread 0, past the CTA barrier
+  kPhaseProducerStart,     // thread 0, its registers given back (setmaxnreg), about to load K/V
+  kPhaseMmaStart,          // the first MMA thread, its registers granted (setmaxnreg)
   kPhaseFirstKvIssued,     // the load warp's lane 0, the first KV block's TMA issued
+  kPhaseQLoaded,           // the first MMA thread: a 16-bit Q's row maxima known (its global loads returned)
   kPhaseQReady,            // the first MMA thread: Q in sQ (16-bit Q quantized, or an E4M3 Q's TMA landed)
   kPhaseFirstKLanded,      // the first MMA thread: the first K stage has landed (its wait returned)
   kPhaseLoopDone,          // the first MMA thread: the KV loop's last GEMM has completed
   kPhaseRowsStaged,        // the first MMA thread: swapped operands, O staged as rows (stage_rows)
+  kPhaseEpilogueStart,     // the first MMA thread: the rows' scales and LSE computed, about to store
   kPhaseEnd,               // the first MMA thread: the output and LSE stores issued
   kPhaseEntryNs,           // as kPhaseEntry, %globaltimer
   kPhaseEndNs,             // as kPhaseEnd, %globaltimer

@@ -26,6 +26,7 @@
 
 #include "sm90/kernel_args.cuh"
 #include "sm90/pack_gqa.cuh"
+#include "sm90/phase_probe.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/softmax.cuh"
 #include "sm90/utils.cuh"
@@ -92,6 +93,7 @@ struct QuantizeQ {
         take_max(chunk[h][i].w);
       }
       amax = quad_allreduce_max(amax);
+      if (mma_thread == 0 && h == 0) { phase_mark(smem, kPhaseQLoaded); }
       // Correctly rounded divisions, as the reference's: the emulation then quantizes to the same bytes.
       if (quad_lane == 0) { smem.q_row_scale[tile_row(h)] = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f; }
       const float to_e4m3 = amax > 0.f ? __fdiv_rn(kE4m3Max, amax) : 0.f;
