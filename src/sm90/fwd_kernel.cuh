@@ -121,10 +121,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     }
   }
 
-  if (warp_idx == 0 && has_work && args.block_table != nullptr) {
-    ProducerLoad<Traits>::locate_first_box(args, seq, range, tile.batch, load_states);
-  }
-
   // The ones of the P x ones row sums (mainloop_mma.cuh), written once: rows kHeadDimV.. of every V^T stage
   // (the transpose never writes them), or the separate ones tile. WGMMA reads them through the async proxy.
   if constexpr (Traits::kPvSumInPv) {

@@ -55,26 +55,11 @@ struct ProducerLoad {
     }
   }
 
-  // A paged tile's box: TMA coordinates (row in page, page).
-  struct BoxCoord {
-    int row = 0;
-    int page = 0;
-  };
-
-  // What the load warp did before the CTA barrier, carried to the rest: its pipeline positions, and with paged K/V
-  // its lane's box of the first KV block.
+  // The load warp's pipeline positions, carried from the loads issued before the CTA barrier to the rest.
   struct LoadStates {
     KState k = cutlass::make_producer_start_state<PipelineK>();
     VLoadState v = cutlass::make_producer_start_state<PipelineVLoad>();
-    BoxCoord first_box;
   };
-
-  // Warp 0, paged K/V, before the CTA barrier: the first KV block's page-table entries are read now, so that their
-  // round trip overlaps the rest of the prologue instead of following the barrier. The block range must not be empty.
-  CUTE_DEVICE static void locate_first_box(const FwdArgs& args, const SeqInfo& seq, KvBlockRange range, int batch,
-                                           LoadStates& states) {
-    states.first_box = locate_box(args, seq, batch, range.n_block_max - 1, threadIdx.x % 32);
-  }
 
   // Thread 0, right after it has initialised the barriers and before the ones rows and the CTA barrier
   // (fwd_kernel.cuh): Q's TMA and the first KV block's V and K, so that their latency overlaps the rest of the
@@ -120,7 +105,7 @@ struct ProducerLoad {
         load_kv_tiles(params, seq, range.n_block_max - 1 - int(first_loads_issued), range.n_block_min, kv_head, smem,
                       pipeline_k, pipeline_vload, states);
       } else {
-        load_kv_paged(params, seq, range, kv_head, batch, lane, states.first_box, smem, pipeline_k, pipeline_vload);
+        load_kv_paged(params, seq, range, kv_head, batch, lane, smem, pipeline_k, pipeline_vload);
       }
     } else if (shares_kv(args)) {
       transpose_v_tiles(smem, smem.smem_k.data(), pipeline_k, KState{}, pipeline_vt, seq, range, warp - 1, lane);
@@ -182,8 +167,8 @@ struct ProducerLoad {
   // stage to be free and posts the tile's byte count on its barrier; then the boxes go out from their lanes.
   template <class Params>
   CUTE_DEVICE static void load_kv_paged(Params const& params, const SeqInfo& seq, KvBlockRange range, int kv_head,
-                                        int batch, int lane, BoxCoord first_box, SharedStorage& smem,
-                                        PipelineK& pipeline_k, PipelineVLoad& pipeline_vload) {
+                                        int batch, int lane, SharedStorage& smem, PipelineK& pipeline_k,
+                                        PipelineVLoad& pipeline_vload) {
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});  // (BLK_N, D, PIPE)
     Tensor sVLoad = make_tensor(make_smem_ptr(Traits::v_load_buffer(smem)), typename Traits::SmemLayoutVLoad{});  // (BLK_N, DV, PIPE)
     // (page_size, D, heads_kv, num_pages)
@@ -195,15 +180,15 @@ struct ProducerLoad {
     VLoadState load_v_state = cutlass::make_producer_start_state<PipelineVLoad>();
     const bool kv_shared = shares_kv(params.args);
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      const BoxCoord box =
-          n_block == range.n_block_max - 1 ? first_box : locate_box(params.args, seq, batch, n_block, lane);
+      int box_row, box_page;
+      locate_box(params.args, seq, batch, n_block, lane, box_row, box_page);
       if (!kv_shared) {
         if (is_leader) { pipeline_vload.producer_acquire(load_v_state); }
         __syncwarp();
         if (loads_a_box) {
           Tensor sVStage = sVLoad(_, _, load_v_state.index());  // (BLK_N, DV)
-          copy_box<kHeadDimV>(params.tma_v_box, *pipeline_vload.producer_get_barrier(load_v_state), mV, box.row,
-                              kv_head, box.page, sVStage, lane);
+          copy_box<kHeadDimV>(params.tma_v_box, *pipeline_vload.producer_get_barrier(load_v_state), mV, box_row,
+                              kv_head, box_page, sVStage, lane);
         }
         ++load_v_state;
       }
@@ -211,8 +196,8 @@ struct ProducerLoad {
       __syncwarp();
       if (loads_a_box) {
         Tensor sKStage = sK(_, _, load_k_state.index());  // (BLK_N, D)
-        copy_box<kHeadDim>(params.tma_k_box, *pipeline_k.producer_get_barrier(load_k_state), mK, box.row, kv_head,
-                           box.page, sKStage, lane);
+        copy_box<kHeadDim>(params.tma_k_box, *pipeline_k.producer_get_barrier(load_k_state), mK, box_row, kv_head,
+                           box_page, sKStage, lane);
       }
       if (is_leader && load_k_state.count() == 0) { phase_mark(smem, kPhaseFirstKvIssued); }
       advance_k_stage<Traits>(load_k_state, kv_shared);
@@ -222,14 +207,13 @@ struct ProducerLoad {
   // Lane b: TMA coordinates (row in page, page) of box b of tile n_block, looked up in block_table. Boxes past
   // the sequence's end reuse its last page: the load must still deliver the tile's bytes, its rows are masked
   // (scores to -inf, V rows to zero), and block_table entries past ceil(seqlen_k / page_size) may hold anything.
-  CUTE_DEVICE static BoxCoord locate_box(const FwdArgs& args, const SeqInfo& seq, int batch, int n_block, int lane) {
+  CUTE_DEVICE static void locate_box(const FwdArgs& args, const SeqInfo& seq, int batch, int n_block, int lane,
+                                     int& box_row, int& box_page) {
     const int row = n_block * kBlockN + min(lane, Traits::kBoxesPerTile - 1) * Traits::kBoxRows;
     const int last_page = max(seq.seqlen_k - 1, 0) / args.page_size;
     const int page_index = row / args.page_size;
-    BoxCoord box;
-    box.page = args.block_table[batch * args.block_table_batch_stride + min(page_index, last_page)];
-    box.row = page_index > last_page ? 0 : row % args.page_size;
-    return box;
+    box_page = args.block_table[batch * args.block_table_batch_stride + min(page_index, last_page)];
+    box_row = page_index > last_page ? 0 : row % args.page_size;
   }
 
   // One TMA box: rows [row, row + 16) of (head, batch_or_page) into rows [16 * box, 16 * box + 16) of sStage.

@@ -9,17 +9,13 @@
 // and -inf * 0 in the exponent is NaN (run of 2026-12-05). The CPU reference's emulation quantizes alike
 // (src/reference/attention.cpp).
 //
-// Who loads: a row's lanes (kLanesPerRow of one warp, up to 32) load it straight from global memory, each lane
-// 16-byte chunks lane, lane + kLanesPerRow, ... so that the row's lanes read contiguous bytes; every load of a thread is
-// in flight at once: one round trip, as the E4M3 TMA, and no staging buffer. The warps of a row group (a warpgroup's
-// own 64 rows; split dv (d512): the two warpgroups share the tile's 64) take its rows in passes of one row set each:
-// pass p, warp w, lane l has row p * kRowsPerPass + w * kRowsPerWarpPass + l / kLanesPerRow. A tile's valid rows are
-// a prefix (tokens, or PackGQA rows), so a decode tile's few rows (8 q heads of one token) land on different warps in
-// the first pass, and a pass with no valid row of the warp only writes zeros: the quantization's instructions run for
-// the valid rows only. Why: a thread quad per row put all 8 rows of such a tile on one warp, 128 elements per thread
-// behind ~1,700 instructions executed cold once per CTA; the decode CTA's start waited for them (the phase probe:
-// 1.7 us from Q loaded to Q quantized, 8 x 4k at d512; docs/decode_floor.md). PackGQA rows map to (token, q head)
-// as everywhere (pack_gqa.cuh). Rows past the sequence are zeros.
+// Who loads: the thread quad that holds a row's accumulator values (accumulator_row) loads that row straight from
+// global memory, each thread a quarter of it in 16-byte chunks (chunk c + 4 i for quad lane c, so a quad reads
+// 64 contiguous bytes per load), all of its loads in flight at once: one round trip, as the E4M3 TMA, and no
+// staging buffer. The quad's max-reduction leaves the row's scale in exactly the threads whose softmax needs it.
+// PackGQA rows map to (token, q head) as everywhere (pack_gqa.cuh). Rows past the sequence are zeros. Split dv (d512):
+// the two MMA warpgroups share the tile's rows, so each takes one row half (its threads' rows r, or r + 8): a thread
+// then holds one row's quarter (64 registers at d512) instead of two (whose 128 spilled).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,48 +39,36 @@ constexpr float kE4m3Max = 448.f;
 
 template <class Traits>
 struct QuantizeQ {
+  static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kHeadDim = Traits::kHeadDim;
-  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks of 8 elements
-  // The most lanes that split a row evenly, a power of two: 32 at d256 and d512, 16 at d128, 8 at d64 and d192.
-  static constexpr int kLanesPerRow = kChunksPerRow % 32 == 0 ? 32 : kChunksPerRow % 16 == 0 ? 16
-                                      : kChunksPerRow % 8 == 0 ? 8 : 4;
-  static_assert(kChunksPerRow % kLanesPerRow == 0, "head dims are multiples of 32");
-  static constexpr int kChunksPerLane = kChunksPerRow / kLanesPerRow;
-  static constexpr int kRowsPerWarpPass = 32 / kLanesPerRow;
-  static constexpr int kGroupRows = 64;  // a warpgroup's rows; split dv: the tile's, shared by both warpgroups
-  static constexpr int kGroupWarps = Traits::kSplitDv ? Traits::kNumMmaThreads / 32 : 4;
-  static constexpr int kRowsPerPass = kGroupWarps * kRowsPerWarpPass;
-  static constexpr int kPasses = kGroupRows / kRowsPerPass;
-  static_assert(kGroupRows % kRowsPerPass == 0, "whole passes");
+  static constexpr int kChunksPerRow = kHeadDim / 8;          // 16-byte chunks of 8 elements
+  static constexpr int kChunksPerThread = kChunksPerRow / 4;  // a quad shares a row
+  static constexpr int kRowHalves = Traits::kSplitDv ? 1 : 2;     // rows per thread
+  static_assert(kChunksPerRow % 4 == 0, "head dims are multiples of 32");
 
-  // mma_thread: 0 .. kNumMmaThreads - 1. Writes this thread's share of its row group into sQ and the rows' scales
+  // mma_thread: 0 .. kNumMmaThreads - 1. Writes this thread's share of its rows into sQ and the rows' scales
   // (amax / 448) into smem.q_row_scale. Ends with the warpgroup's rows of sQ and scales visible to it (split dv: all
   // rows, to both warpgroups).
   CUTE_DEVICE static void run(const FwdArgs& args, const SeqInfo& seq, int m_block, int cta_head, int mma_thread,
                               typename Traits::SharedStorage& smem) {
     const PackGqa pack(args);
     Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M, D) E4M3
+    const int quad_lane = mma_thread % 4;
     const uint16_t* q = reinterpret_cast<const uint16_t*>(args.q);  // element strides are of the 16-bit type
-    const int lane = mma_thread % 32;
-    const int row_lane = lane % kLanesPerRow;
-    const int group_row0 = Traits::kSplitDv ? 0 : mma_thread / 128 * kGroupRows;
-    const int group_warp = (Traits::kSplitDv ? mma_thread : mma_thread % 128) / 32;
-    const int tile_valid_rows = pack.tile_rows(seq.seqlen_q) - m_block * Traits::kBlockM;
-    auto pass_row = [&](int pass, int lane_in_warp) {  // the tile row of a lane of this warp in a pass
-      return group_row0 + pass * kRowsPerPass + group_warp * kRowsPerWarpPass + lane_in_warp / kLanesPerRow;
-    };
-    uint4 chunk[kPasses][kChunksPerLane];  // 8 elements each
+    const int thread = Traits::row_thread(mma_thread);
+    const int first_half = Traits::kSplitDv ? mma_thread / 128 : 0;
+    auto tile_row = [&](int r) { return accumulator_row(thread, first_half + r); };  // this thread's row r
+    uint4 chunk[kRowHalves][kChunksPerThread];  // 8 elements each
     CUTE_UNROLL
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int row = pass_row(pass, lane);
-      const bool valid = row < tile_valid_rows;
-      const RowTarget target = pack.row_target(m_block * Traits::kBlockM + row, cta_head);
-      const uint16_t* src = q + seq.tma_batch_q * args.q_batch_stride +
+    for (int h = 0; h < kRowHalves; ++h) {
+      const RowTarget target = pack.row_target(m_block * kBlockM + tile_row(h), cta_head);
+      const bool valid = target.token < seq.seqlen_q;
+      const uint16_t* row = q + seq.tma_batch_q * args.q_batch_stride +
                             int64_t(seq.offset_q + target.token) * args.q_row_stride +
-                            int64_t(target.head_q) * args.q_head_stride + 8 * row_lane;
+                            int64_t(target.head_q) * args.q_head_stride + 8 * quad_lane;
       CUTE_UNROLL
-      for (int i = 0; i < kChunksPerLane; ++i) {
-        chunk[pass][i] = valid ? *reinterpret_cast<const uint4*>(src + 8 * kLanesPerRow * i) : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        chunk[h][i] = valid ? *reinterpret_cast<const uint4*>(row + 32 * i) : make_uint4(0, 0, 0, 0);
       }
     }
     // The elements are converted twice (for the row maximum, then for the quantization) rather than held as fp32:
@@ -95,47 +79,34 @@ struct QuantizeQ {
                   : __half22float2(*reinterpret_cast<const __half2*>(&word));
     };
     CUTE_UNROLL
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int row = pass_row(pass, lane);
-      auto store_chunk = [&](int i, uint2 packed) {
-        // 8 E4M3 columns from a multiple of 8: inside one 16-byte unit of the swizzled row, so contiguous.
-        *reinterpret_cast<uint2*>(&sQ(row, 8 * (row_lane + kLanesPerRow * i))) = packed;
-      };
-      // Warp-uniform: the warp's first row of the pass is valid whenever any of its rows is (valid rows are a prefix).
-      if (pass_row(pass, 0) >= tile_valid_rows) {
-        if (row_lane == 0) { smem.q_row_scale[row] = 1.f; }
-        CUTE_UNROLL
-        for (int i = 0; i < kChunksPerLane; ++i) { store_chunk(i, make_uint2(0u, 0u)); }
-        continue;
-      }
+    for (int h = 0; h < kRowHalves; ++h) {
       float amax = 0.f;
       auto take_max = [&](uint32_t word) {  // two elements into amax
         const float2 pair = to_float2(word);
         amax = fmaxf(amax, fmaxf(fabsf(pair.x), fabsf(pair.y)));
       };
       CUTE_UNROLL
-      for (int i = 0; i < kChunksPerLane; ++i) {
-        take_max(chunk[pass][i].x);
-        take_max(chunk[pass][i].y);
-        take_max(chunk[pass][i].z);
-        take_max(chunk[pass][i].w);
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        take_max(chunk[h][i].x);
+        take_max(chunk[h][i].y);
+        take_max(chunk[h][i].z);
+        take_max(chunk[h][i].w);
       }
-      CUTE_UNROLL
-      for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, offset));
-      }
-      if (mma_thread == 0 && pass == 0) { phase_mark(smem, kPhaseQLoaded); }
+      amax = quad_allreduce_max(amax);
+      if (mma_thread == 0 && h == 0) { phase_mark(smem, kPhaseQLoaded); }
       // Correctly rounded divisions, as the reference's: the emulation then quantizes to the same bytes.
-      if (row_lane == 0) { smem.q_row_scale[row] = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f; }
+      if (quad_lane == 0) { smem.q_row_scale[tile_row(h)] = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f; }
       const float to_e4m3 = amax > 0.f ? __fdiv_rn(kE4m3Max, amax) : 0.f;
       auto quantize = [&](uint32_t word) {  // two elements to two E4M3 bytes
         const float2 pair = to_float2(word);
         return pack_e4m3x2(pair.x * to_e4m3, pair.y * to_e4m3);
       };
       CUTE_UNROLL
-      for (int i = 0; i < kChunksPerLane; ++i) {
-        store_chunk(i, make_uint2(quantize(chunk[pass][i].x) | quantize(chunk[pass][i].y) << 16,
-                                  quantize(chunk[pass][i].z) | quantize(chunk[pass][i].w) << 16));
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const uint2 packed = make_uint2(quantize(chunk[h][i].x) | quantize(chunk[h][i].y) << 16,
+                                        quantize(chunk[h][i].z) | quantize(chunk[h][i].w) << 16);
+        // 8 E4M3 columns from a multiple of 8: inside one 16-byte unit of the swizzled row, so contiguous.
+        *reinterpret_cast<uint2*>(&sQ(tile_row(h), 8 * (quad_lane + 4 * i))) = packed;
       }
     }
     // Each MMA warpgroup's QK^T reads only its own 64 rows of sQ, through the async proxy (split dv: the score
