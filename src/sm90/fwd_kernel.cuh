@@ -204,11 +204,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
         Mainloop::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
       }
     }
-    // A swapped tile is the first MMA warpgroup's to the end.
-    if constexpr (Traits::kSplitDv) {
-      if (args.swapped_operands && mma_thread >= 128) { return; }
-    }
-    const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;  // == mma_thread
+    // A swapped tile is the first MMA warpgroup's to the end. The second, idle since Q's quantization, runs the same
+    // epilogue code at once as a dry run (no barrier, no stores, no PDL trigger): a decode CTA runs its end once and
+    // cold, so the end's time was the fetch of its instructions (ncu: 9.5 of the 8 x 4k CTA's 20.4% of stall samples
+    // there waited for instructions). Fetched by the second warpgroup during the loop, they are in the SM's
+    // instruction caches when the first gets there (docs/design.md, Measured choices).
+    bool dry_run = false;
+    if constexpr (Traits::kSplitDv) { dry_run = args.swapped_operands && mma_thread >= 128; }
+    const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads - (dry_run ? 128 : 0);
     const TileCoord epilogue_tile = TileScheduler::tile_again(args, smem.scheduled_tile);  // == tile
     // Split dv reads the sequence's offsets again for the epilogue, as it does the tile: held through the KV loops,
     // the 64-bit partial row spilled the q16 kernel once it had the swapped-operand loop beside the split-dv one.
@@ -242,14 +245,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
     // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/design.md, Measured
     // choices; the likely reason: released early, the combine's CTAs land on the few SMs that happen to be free then).
-    cutlass::arch::launch_dependent_grids();
-    if (epilogue_thread == 0) { phase_mark(smem, kPhaseEpilogueStart); }
+    if (!dry_run) { cutlass::arch::launch_dependent_grids(); }
+    if (!dry_run && epilogue_thread == 0) { phase_mark(smem, kPhaseEpilogueStart); }
     if constexpr (Traits::kSplitDv) {
       if (args.swapped_operands) {
         Epilogue<Traits>::template store_rows<MainloopSwapped<Traits>::kStageRowFloats>(
             smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread,
-            o_rows, o_scale, lse, [&] { wg_sync.sync(smem); });
-        if (epilogue_thread == 0) { phase_probe_end(smem); }
+            o_rows, o_scale, lse, [&] { wg_sync.sync(smem); }, dry_run);
+        if (!dry_run && epilogue_thread == 0) { phase_probe_end(smem); }
         return;
       }
     }
