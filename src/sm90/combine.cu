@@ -62,104 +62,95 @@ __global__ void __launch_bounds__(kCombineMaxThreads) combine_kernel(const Combi
   const int threads = int(blockDim.x);
   const int row = int(blockIdx.x / unsigned(args.num_heads_q));
   const int head = int(blockIdx.x % unsigned(args.num_heads_q));
-  // Launched as a programmatic dependent of the forward kernel (launch_combine), so the CTA starts during the
-  // forward's tail. EXPERIMENT: it first runs its own code as a dry run (no split, no stores) before the wait.
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool dry_run = pass == 0;
-    // This wait orders every read of the partials after the forward grid's writes.
-    if (!dry_run) { cutlass::arch::wait_on_dependent_grids(); }
-    const int num_splits = dry_run ? 0 : args.num_splits;
-    // Varlen: rows past the last sequence (padding up to total_q) belong to no sequence and stay untouched.
-    if (!dry_run && args.cu_seqlens_q != nullptr && row >= args.cu_seqlens_q[args.batch]) { return; }
+  const int num_splits = args.num_splits;
+  // Launched as a programmatic dependent of the forward kernel (launch_combine): the launch overlaps the
+  // forward's tail, and this wait orders every read of the partials after the forward grid's writes.
+  cutlass::arch::wait_on_dependent_grids();
+  // Varlen: rows past the last sequence (padding up to total_q) belong to no sequence and stay untouched.
+  if (args.cu_seqlens_q != nullptr && row >= args.cu_seqlens_q[args.batch]) { return; }
 
-    // Thread t: column group t % columns of the splits t / columns + k * groups (threads past groups * columns
-    // only help with the LSE).
-    const int columns = args.head_dim_v / 4;
-    const int groups = threads / columns;
-    const int column = threadIdx.x % columns;
-    const int group = threadIdx.x / columns;
-    const float* o_partial = args.o_partial + (int64_t(row) * args.num_heads_q + head) * args.head_dim_v + 4 * column;
-    const int64_t o_split_stride = int64_t(args.partial_rows) * args.num_heads_q * args.head_dim_v;
-    auto load_pass = [&](int first_split, float4 (&o)[kCombineLoadsPerPass]) {
+  // Thread t: column group t % columns of the splits t / columns + k * groups (threads past groups * columns
+  // only help with the LSE).
+  const int columns = args.head_dim_v / 4;
+  const int groups = threads / columns;
+  const int column = threadIdx.x % columns;
+  const int group = threadIdx.x / columns;
+  const float* o_partial = args.o_partial + (int64_t(row) * args.num_heads_q + head) * args.head_dim_v + 4 * column;
+  const int64_t o_split_stride = int64_t(args.partial_rows) * args.num_heads_q * args.head_dim_v;
+  auto load_pass = [&](int first_split, float4 (&o)[kCombineLoadsPerPass]) {
 #pragma unroll
-      for (int k = 0; k < kCombineLoadsPerPass; ++k) {
-        const int s = first_split + group + k * groups;
-        o[k] = group < groups && s < num_splits ? *reinterpret_cast<const float4*>(o_partial + s * o_split_stride)
-                                                : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    };
-    float4 o[kCombineLoadsPerPass];
-    load_pass(0, o);
+    for (int k = 0; k < kCombineLoadsPerPass; ++k) {
+      const int s = first_split + group + k * groups;
+      o[k] = group < groups && s < num_splits ? *reinterpret_cast<const float4*>(o_partial + s * o_split_stride)
+                                              : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  float4 o[kCombineLoadsPerPass];
+  load_pass(0, o);
 
-    const float* lse_partial = args.lse_partial + int64_t(head) * args.partial_rows + row;
-    const int64_t lse_split_stride = int64_t(args.num_heads_q) * args.partial_rows;
-    float lse_max = -INFINITY;
-    for (int s = threadIdx.x; s < num_splits; s += threads) {
-      weight[s] = lse_partial[s * lse_split_stride];
-      lse_max = fmaxf(lse_max, weight[s]);
-    }
-    lse_max = block_reduce(lse_max, MaxOp{}, scratch);
-    float sink = -INFINITY;
-    if (args.sink != nullptr) {
-      sink = args.sink_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[head])
-                               : static_cast<const float*>(args.sink)[head];
-      lse_max = fmaxf(lse_max, sink);
-    }
-    float lse = -INFINITY;
-    if (lse_max != -INFINITY) {  // uniform: every thread has the reduced value
-      float sum = 0.f;
-      for (int s = threadIdx.x; s < num_splits; s += threads) { sum += expf(weight[s] - lse_max); }
-      sum = block_reduce(sum, SumOp{}, scratch);
-      if (sink != -INFINITY) { sum += expf(sink - lse_max); }
-      lse = lse_max + logf(sum);
-    }
-    // Each thread rewrites the entries it read; a split with no keys (lse_s = -inf) weighs 0.
-    for (int s = threadIdx.x; s < num_splits; s += threads) {
-      weight[s] = lse == -INFINITY ? 0.f : expf(weight[s] - lse);
-    }
-    __syncthreads();
-
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int first = 0;;) {
-#pragma unroll
-      for (int k = 0; k < kCombineLoadsPerPass; ++k) {
-        const int s = first + group + k * groups;
-        if (s < num_splits) { acc = fma4(weight[s], o[k], acc); }
-      }
-      first += kCombineLoadsPerPass * groups;
-      if (first >= num_splits) { break; }
-      load_pass(first, o);
-    }
-    group_sum[threadIdx.x] = acc;
-    // Dense rows are b * seqlen_q + t; varlen rows are already packed offsets (batch coordinate 0).
-    const bool varlen = args.cu_seqlens_q != nullptr;
-    const int batch = varlen ? 0 : row / args.seqlen_q;
-    const int token = varlen ? row : row % args.seqlen_q;
-    if (!dry_run && threadIdx.x == 0 && args.lse != nullptr) {
-      args.lse[int64_t(batch) * args.lse_batch_stride + int64_t(head) * args.lse_head_stride + token] = lse;
-    }
-    __syncthreads();
-    if (threadIdx.x < columns) {
-      float4 total = group_sum[column];
-      for (int g = 1; g < groups; ++g) {
-        const float4 part = group_sum[g * columns + column];
-        total = make_float4(total.x + part.x, total.y + part.y, total.z + part.z, total.w + part.w);
-      }
-      const int64_t out_offset = int64_t(batch) * args.o_batch_stride + int64_t(token) * args.o_row_stride +
-                                 int64_t(head) * args.o_head_stride + 4 * column;
-      const float out_scale = args.output_scale != nullptr ? 1.f / *args.output_scale : 1.f;
-      if (!dry_run) {
-        with_output_store(args.out_type, [&](auto store) {
-          auto* out = static_cast<typename decltype(store)::Element*>(args.out) + out_offset;
-          store(out, total.x * out_scale, total.y * out_scale);
-          store(out + 2, total.z * out_scale, total.w * out_scale);
-        });
-      }
-    }
-    // The next pass rewrites group_sum and the weights: every thread is past its reads of them.
-    __syncthreads();
+  const float* lse_partial = args.lse_partial + int64_t(head) * args.partial_rows + row;
+  const int64_t lse_split_stride = int64_t(args.num_heads_q) * args.partial_rows;
+  float lse_max = -INFINITY;
+  for (int s = threadIdx.x; s < num_splits; s += threads) {
+    weight[s] = lse_partial[s * lse_split_stride];
+    lse_max = fmaxf(lse_max, weight[s]);
   }
+  lse_max = block_reduce(lse_max, MaxOp{}, scratch);
+  float sink = -INFINITY;
+  if (args.sink != nullptr) {
+    sink = args.sink_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(args.sink)[head])
+                             : static_cast<const float*>(args.sink)[head];
+    lse_max = fmaxf(lse_max, sink);
+  }
+  float lse = -INFINITY;
+  if (lse_max != -INFINITY) {  // uniform: every thread has the reduced value
+    float sum = 0.f;
+    for (int s = threadIdx.x; s < num_splits; s += threads) { sum += expf(weight[s] - lse_max); }
+    sum = block_reduce(sum, SumOp{}, scratch);
+    if (sink != -INFINITY) { sum += expf(sink - lse_max); }
+    lse = lse_max + logf(sum);
+  }
+  // Each thread rewrites the entries it read; a split with no keys (lse_s = -inf) weighs 0.
+  for (int s = threadIdx.x; s < num_splits; s += threads) {
+    weight[s] = lse == -INFINITY ? 0.f : expf(weight[s] - lse);
+  }
+  __syncthreads();
+
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int first = 0;;) {
+#pragma unroll
+    for (int k = 0; k < kCombineLoadsPerPass; ++k) {
+      const int s = first + group + k * groups;
+      if (s < num_splits) { acc = fma4(weight[s], o[k], acc); }
+    }
+    first += kCombineLoadsPerPass * groups;
+    if (first >= num_splits) { break; }
+    load_pass(first, o);
+  }
+  group_sum[threadIdx.x] = acc;
+  // Dense rows are b * seqlen_q + t; varlen rows are already packed offsets (batch coordinate 0).
+  const bool varlen = args.cu_seqlens_q != nullptr;
+  const int batch = varlen ? 0 : row / args.seqlen_q;
+  const int token = varlen ? row : row % args.seqlen_q;
+  if (threadIdx.x == 0 && args.lse != nullptr) {
+    args.lse[int64_t(batch) * args.lse_batch_stride + int64_t(head) * args.lse_head_stride + token] = lse;
+  }
+  __syncthreads();
+  if (threadIdx.x >= columns) { return; }
+  float4 total = group_sum[column];
+  for (int g = 1; g < groups; ++g) {
+    const float4 part = group_sum[g * columns + column];
+    total = make_float4(total.x + part.x, total.y + part.y, total.z + part.z, total.w + part.w);
+  }
+
+  const int64_t out_offset = int64_t(batch) * args.o_batch_stride + int64_t(token) * args.o_row_stride +
+                             int64_t(head) * args.o_head_stride + 4 * column;
+  const float out_scale = args.output_scale != nullptr ? 1.f / *args.output_scale : 1.f;
+  with_output_store(args.out_type, [&](auto store) {
+    auto* out = static_cast<typename decltype(store)::Element*>(args.out) + out_offset;
+    store(out, total.x * out_scale, total.y * out_scale);
+    store(out + 2, total.z * out_scale, total.w * out_scale);
+  });
 }
 
 }  // namespace
