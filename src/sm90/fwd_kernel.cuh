@@ -211,6 +211,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // instruction caches when the first gets there (docs/design.md, Measured choices).
     bool dry_run = false;
     if constexpr (Traits::kSplitDv) { dry_run = args.swapped_operands && mma_thread >= 128; }
+    // The dry run takes the first warpgroup's thread indices, so that it runs the path the first will.
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads - (dry_run ? 128 : 0);
     const TileCoord epilogue_tile = TileScheduler::tile_again(args, smem.scheduled_tile);  // == tile
     // Split dv reads the sequence's offsets again for the epilogue, as it does the tile: held through the KV loops,

@@ -20,7 +20,8 @@
 //
 // After the loop, stage_rows() leaves O as 8 rows of floats in shared memory and the row maxima and row sums in
 // OnlineSoftmax per accumulator row, so the finalisation is the split-dv kernel's; Epilogue::store_rows stores the
-// rows. The second MMA warpgroup has no part in a swapped tile past the quantization of Q.
+// rows. The second MMA warpgroup has no part in a swapped tile's results past the quantization of Q; it runs the
+// epilogue's code ahead as a dry run, so that its instructions are fetched when the first gets there (fwd_kernel.cuh).
 //
 // A thread's S^T values (AccumulatorIndex, one n8 block): value c + 2h is key 16 * warp + lane / 4 + 8h of the block
 // and query row 2 * (lane % 4) + c; OnlineSoftmax's two "row halves" hold the thread's two query rows c = 0, 1.
