@@ -246,8 +246,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
     // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/design.md, Measured
     // choices; the likely reason: released early, the combine's CTAs land on the few SMs that happen to be free then).
-    if (!dry_run) { cutlass::arch::launch_dependent_grids(); }
-    if (!dry_run && epilogue_thread == 0) { phase_mark(smem, kPhaseEpilogueStart); }
+    if (!dry_run) {
+      cutlass::arch::launch_dependent_grids();
+      if (epilogue_thread == 0) { phase_mark(smem, kPhaseEpilogueStart); }
+    }
     if constexpr (Traits::kSplitDv) {
       if (args.swapped_operands) {
         Epilogue<Traits>::template store_rows<MainloopSwapped<Traits>::kStageRowFloats>(
