@@ -47,6 +47,24 @@ def cta_microseconds(marks: torch.Tensor) -> dict[str, list[float]]:
     return out
 
 
+def grid_microseconds(runs: list[torch.Tensor]) -> dict[str, list[float]]:
+    """The grid's view, per run, in %globaltimer microseconds from the run's first CTA entry: each CTA's entry
+    (how late it started), each CTA's end, and the run's last end (the grid's span, as the kernel's duration
+    less its launch and completion). The marks above time each CTA from its own entry; these say whether CTAs
+    enter late or a few run long."""
+    out: dict[str, list[float]] = {"entry": [], "end": [], "last_end": [], "slowest_cta": []}
+    for ran in runs:
+        m = ran.double()
+        entry_ns, end_ns = m[:, MARKS.index("entry_ns")], m[:, MARKS.index("end_ns")]
+        ended = end_ns > 0
+        first = entry_ns.min()
+        out["entry"] += ((entry_ns - first) / 1e3).tolist()
+        out["end"] += ((end_ns[ended] - first) / 1e3).tolist()
+        out["last_end"].append(float((end_ns[ended].max() - first) / 1e3))
+        out["slowest_cta"].append(float((end_ns[ended] - entry_ns[ended]).max() / 1e3))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=8)
@@ -81,12 +99,19 @@ def main() -> None:
         q = torch.tensor(values, dtype=torch.float64).quantile(
             torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
         rows.append({"mark": name, "p10": q[0], "median": q[1], "p90": q[2], "samples": len(values)})
+    grid_rows = []
+    for name, values in grid_microseconds(runs).items():
+        q = torch.tensor(values, dtype=torch.float64).quantile(
+            torch.tensor([0.1, 0.5, 0.9, 1.0], dtype=torch.float64)).tolist()
+        grid_rows.append({"mark": name, "p10": q[0], "median": q[1], "p90": q[2], "max": q[3], "samples": len(values)})
     print(bc.format_table(["mark (us from the CTA's entry)", "p10", "median", "p90", "samples"],
                           [[r["mark"], r["p10"], r["median"], r["p90"], r["samples"]] for r in rows]))
+    print(bc.format_table(["grid (%globaltimer us from the run's first entry)", "p10", "median", "p90", "max", "samples"],
+                          [[r["mark"], r["p10"], r["median"], r["p90"], r["max"], r["samples"]] for r in grid_rows]))
     if args.out is not None:
         meta = bc.run_metadata()
         bc.write_json(args.out, {"requests": args.requests, "context": args.context, "flush": args.flush,
-                                 "reps": args.reps, "ctas_per_run": int(runs[0].shape[0]), "rows": rows,
+                                 "reps": args.reps, "ctas_per_run": int(runs[0].shape[0]), "rows": rows, "grid_rows": grid_rows,
                                  "commit": meta["commit"], "gpu": meta["gpu"], "meta": meta})
 
 
