@@ -46,9 +46,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   const bool is_producer = warpgroup == 0;
   const FwdArgs& args = params.args;
   phase_probe_begin(args, smem);
-  // Launched as a programmatic dependent of the stream's previous kernel (launch_forward): this CTA may start
-  // while that kernel's grid finishes; every global read below (sequence lengths first) waits for its memory.
-  cutlass::arch::wait_on_dependent_grids();
   // The sequence's lengths and offsets first: their global loads (a cold round trip for a decode CTA) are in
   // flight during the prologue below instead of after it (docs/design.md, Measured choices).
   const TileCoord tile = TileScheduler::tile(args);

@@ -183,13 +183,6 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
   launch.blockDim = dim3(Traits::kNumThreads);
   launch.dynamicSmemBytes = kSmemBytes;
   launch.stream = stream;
-  // Programmatic dependent launch: the CTAs launch as the previous kernel's last CTAs exit instead of after its
-  // grid completes; the kernel's griddepcontrol.wait orders its reads after that grid's writes.
-  cudaLaunchAttribute programmatic = {};
-  programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  programmatic.val.programmaticStreamSerializationAllowed = 1;
-  launch.attrs = &programmatic;
-  launch.numAttrs = 1;
   // The opt-in to kSmemBytes of dynamic shared memory is set once per device, not per call (~0.4 us of host time,
   // docs/perf.md "Host path"). It belongs to a context: after a device reset, or in another context of the same
   // device, the launch fails without it, so a launch that skipped it and failed sets it and tries once more.
