@@ -69,7 +69,7 @@ constexpr int stages_for(int block_m, int block_n, int head_dim_v) {
 // never loaded) the K ring takes all three, with K != V it skips the last (kernel_traits.cuh, advance_k_stage).
 // A decode CTA then keeps two K tiles of HBM reads in flight instead of one (docs/design.md, Measured choices).
 constexpr int k_stages_for(int block_m, int block_n, int head_dim_v) {
-  return split_dv(head_dim_v) ? 4 : stages_for(block_m, block_n, head_dim_v);
+  return split_dv(head_dim_v) ? 3 : stages_for(block_m, block_n, head_dim_v);
 }
 
 // Most KV splits of one call: the validation's bound, and the combine kernel's shared-memory weight table.

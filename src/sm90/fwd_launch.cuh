@@ -32,7 +32,7 @@ template <class Traits>
 struct KernelParams {
   using Element = typename Traits::Element;
   using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShape{}, GmemStride{}));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(), typename Traits::SmemLayoutQFull{},
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(), typename Traits::SmemLayoutQ{},
                                       Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{}));
   // Paged K/V: one TMA per 16-row box (each box names its page).
   using TmaKBox = decltype(make_tma_copy(SM90_TMA_LOAD{}, std::declval<GmemTensor>(), typename Traits::SmemLayoutKBox{},
@@ -159,7 +159,7 @@ cudaError_t launch_fwd(const fp8attn_fwd_params& p, const KernelConfig& config, 
   if constexpr (!Traits::kQ16) {
     auto q = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)), params.shape_q,
                          GmemStride{p.q_row_stride, _1{}, p.q_head_stride, p.q_batch_stride});
-    params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQFull{},
+    params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQ{},
                                  Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
   }
   if (paged) {

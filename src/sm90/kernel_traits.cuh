@@ -155,11 +155,8 @@ struct KernelTraits {
   using TiledMmaPvFromSmem = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, ElementAccum, Shape<_64, Int<kPvChunk>, Int<kBlockN>>>(), AtomLayoutMma{}));
 
-  using SmemLayoutQFull = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
-                                             Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (BLK_M, D)
-  // TIMING-ONLY EXPERIMENT: split dv stores 8 Q rows (the swapped decode path only) and gives the K ring a 4th stage.
   using SmemLayoutQ = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
-                                             Shape<Int<kSplitDv ? kSwappedRows : kBlockM>, Int<kHeadDim>>{}));
+                                             Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (BLK_M, D)
   using SmemLayoutK = decltype(tile_to_shape(k_major_swizzle_atom<Element, kHeadDim>(),
                                              Shape<Int<kBlockN>, Int<kHeadDim>, Int<kKStages>>{}));  // (BLK_N, D, KPIPE)
   // V as TMA lands it: row-major [keys, dv], swizzled like K so ldmatrix.trans reads are conflict-free. Split dv

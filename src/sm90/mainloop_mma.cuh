@@ -69,7 +69,7 @@ struct MainloopMma {
     auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread);
     auto thr_mma_pv_sum = tiled_mma_pv_sum.get_thread_slice(mma_thread);
 
-    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQFull{});     // (BLK_M, D)
+    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});     // (BLK_M, D)
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});     // (BLK_N, D, PIPE)
     Tensor sVt = make_tensor(make_smem_ptr(smem.smem_vt.data()), typename Traits::SmemLayoutVt{});  // (VT_ROWS, BLK_N, PIPE)
     Tensor sOnes = make_tensor(make_smem_ptr(smem.smem_ones.data()), typename Traits::SmemLayoutOnes{});  // (8, BLK_N), !kPvSumInPv

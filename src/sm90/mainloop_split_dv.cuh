@@ -108,7 +108,7 @@ struct MainloopSplitDv {
     auto thr_mma_pv = tiled_mma_pv.get_thread_slice(thread);
     auto thr_mma_pv_sum = tiled_mma_pv_sum.get_thread_slice(thread);
 
-    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQFull{});           // (BLK_M, D)
+    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});           // (BLK_M, D)
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});           // (BLK_N, D, PIPE)
     Tensor sOnes = make_tensor(make_smem_ptr(smem.smem_ones.data()), typename Traits::SmemLayoutOnes{});  // (8, BLK_N)
     Tensor sP = make_tensor(make_smem_ptr(smem.smem_p.data()), typename Traits::SmemLayoutP{});           // (BLK_M, BLK_N)

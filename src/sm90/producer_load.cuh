@@ -93,7 +93,7 @@ struct ProducerLoad {
       // Warps 1-3 gather Q while warp 0 already issues the K/V loads: the gather is a chain of dependent
       // global loads, and decode is latency-bound on short sequences.
       if (warp != 0) {
-        Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQFull{});  // (BLK_M, D)
+        Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M, D)
         gather_q_packed(args, seq, m_block, kv_head, sQ, smem);
       }
     } else if (is_tma_issuer && !first_loads_issued) {
@@ -118,7 +118,7 @@ struct ProducerLoad {
   // Thread 0: Q by TMA. Varlen sequences are a row offset into one packed batch.
   template <class Params>
   CUTE_DEVICE static void load_q(Params const& params, SharedStorage& smem, const SeqInfo& seq, int m_block, int head_q) {
-    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQFull{});  // (BLK_M, D)
+    Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M, D)
     Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q)(_, _, head_q, seq.tma_batch_q);  // (rows_q, D)
     Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQ),
                            Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));  // (BLK_M, D)

@@ -106,9 +106,7 @@ struct QuantizeQ {
         const uint2 packed = make_uint2(quantize(chunk[h][i].x) | quantize(chunk[h][i].y) << 16,
                                         quantize(chunk[h][i].z) | quantize(chunk[h][i].w) << 16);
         // 8 E4M3 columns from a multiple of 8: inside one 16-byte unit of the swizzled row, so contiguous.
-        if (tile_row(h) < int(cute::size<0>(typename Traits::SmemLayoutQ{}))) {
-          *reinterpret_cast<uint2*>(&sQ(tile_row(h), 8 * (quad_lane + 4 * i))) = packed;
-        }
+        *reinterpret_cast<uint2*>(&sQ(tile_row(h), 8 * (quad_lane + 4 * i))) = packed;
       }
     }
     // Each MMA warpgroup's QK^T reads only its own 64 rows of sQ, through the async proxy (split dv: the score
