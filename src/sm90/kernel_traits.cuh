@@ -181,13 +181,9 @@ struct KernelTraits {
   // Split dv: P of one block as the second warpgroup's P V reads it, K-major (A slots in the first warpgroup's
   // register order, which V^T's key slots follow; mainloop_split_dv.cuh).
   using SmemLayoutP = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (BLK_M, BLK_N)
-  // Split dv, swapped operands: P^T of two blocks, the B operand of O^T = V^T P^T (mainloop_swapped.cuh), in the
-  // first bytes of sP, K-major in V^T's key slots. Two buffers: the next block's P^T is written while this block's
-  // O^T GEMM reads its own. (ROWS, BLK_N, 2)
-  static constexpr int kPtBuffers = 2;
-  using SmemLayoutPt = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(),
-                                              Shape<Int<kSwappedRows>, Int<kBlockN>, Int<kPtBuffers>>{}));
-  static_assert(cute::cosize_v<SmemLayoutPt> <= cute::cosize_v<SmemLayoutP>, "P^T's buffers fit in sP");
+  // Split dv, swapped operands: P^T of one block, the B operand of O^T = V^T P^T (mainloop_swapped.cuh), in the first
+  // rows of sP, K-major in V^T's key slots. (ROWS, BLK_N)
+  using SmemLayoutPt = decltype(tile_to_shape(k_major_swizzle_atom<Element, kBlockN>(), Shape<Int<kSwappedRows>, Int<kBlockN>>{}));
   static constexpr int kOnesBytes = kPvSumInPv ? 0 : int(cute::cosize_v<SmemLayoutOnes>);
   static constexpr uint8_t kE4m3One = 0x38;  // E4M3 1.0 (S.0111.000)
 

@@ -5,9 +5,7 @@
 // empty rows and pays a serial chain per block. Here the rows are the GEMMs' N instead:
 //   S^T  = K Q^T   (M = 64 keys, N = 8 rows, K = d):  A = the K stage as loaded, B = Q's first 8 rows in sQ;
 //   O^T += V^T P^T (M = 512 dv in eight m64 tiles, N = 8, K = 64 keys): A = the V^T stage the transpose writes,
-//          B = P^T, which this warpgroup writes to shared memory (sPt, two buffers) in V^T's key-slot order.
-// The loop issues the next block's S^T before this block's O^T, so the next block's softmax runs while O^T's GEMM
-// does: the warpgroup's chain per block is then max(softmax, O^T) rather than their sum (docs/design.md section 8).
+//          B = P^T, which this warpgroup writes to shared memory (sPt) in V^T's key-slot order.
 // Each GEMM reads its 32 KB operand once per block (docs/design.md section 8 has the budget). One MMA warpgroup
 // (the first) runs the loop; O^T is 512 x 8 fp32, 32 registers per thread, two-level as everywhere (each block's
 // O^T starts from zero in a tile accumulator and is folded into O^T on the CUDA cores).
@@ -152,10 +150,10 @@ struct MainloopSwapped {
 
     Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename Traits::SmemLayoutK{});          // (BLK_N, D, PIPE)
     Tensor sQRows = make_tensor(make_smem_ptr(smem.smem_q.data()), SmemLayoutQRows{});                    // (ROWS, D)
-    Tensor sPt = make_tensor(make_smem_ptr(smem.smem_p.data()), typename Traits::SmemLayoutPt{});         // (ROWS, BLK_N, 2)
+    Tensor sPt = make_tensor(make_smem_ptr(smem.smem_p.data()), typename Traits::SmemLayoutPt{});         // (ROWS, BLK_N)
     Tensor tSrK = thr_mma_st.partition_fragment_A(sK);      // (MMA, MMA_M, MMA_K, PIPE) descriptors
     Tensor tSrQ = thr_mma_st.partition_fragment_B(sQRows);  // (MMA, MMA_N, MMA_K) descriptors
-    Tensor tOrPt = thr_mma_ot.partition_fragment_B(sPt);    // (MMA, MMA_N, MMA_K, 2) descriptors
+    Tensor tOrPt = thr_mma_ot.partition_fragment_B(sPt);    // (MMA, MMA_N, MMA_K) descriptors
     Tensor tStS = partition_fragment_C(tiled_mma_st, Shape<Int<kBlockN>, Int<kRows>>{});        // (MMA, 1, 1) fp32
     Tensor tOrOtTile = partition_fragment_C(tiled_mma_ot, Shape<Int<kHeadDimV>, Int<kRows>>{});  // (MMA, DV/64, 1) fp32
     static_assert(decltype(size(tStS))::value == 4, "S^T: two keys x two query rows per thread");
@@ -172,16 +170,15 @@ struct MainloopSwapped {
       gemm_k_steps</*kZeroInit=*/true>(tiled_mma_st, tSrK(_, _, _, stage), tSrQ, tStS);
       warpgroup_commit_batch();
     };
-    auto issue_ot = [&](int stage, int pt_buffer) {
+    auto issue_ot = [&](int stage) {
       warpgroup_fence_operand(tOrOtTile);
       warpgroup_arrive();
-      gemm_k_steps</*kZeroInit=*/true>(tiled_mma_ot, vt_operand(stage), tOrPt(_, _, _, pt_buffer), tOrOtTile);
+      gemm_k_steps</*kZeroInit=*/true>(tiled_mma_ot, vt_operand(stage), tOrPt, tOrOtTile);
       warpgroup_commit_batch();
     };
     // S^T -> P^T in sPt: softcap, mask, the block's column maxima across the warpgroup, exp2 with the 2^8 offset,
-    // the row-sum shares, E4M3 bytes at V^T's key slots of P^T buffer pt_buffer. rescale: per query row, the factor
-    // for O^T.
-    auto scores_to_pt = [&](int n_block, int pt_buffer, float (&rescale)[2]) {
+    // the row-sum shares, E4M3 bytes at V^T's key slots. rescale: per query row, the factor for O^T.
+    auto scores_to_pt = [&](int n_block, float (&rescale)[2]) {
       using Acc = AccumulatorIndex;
       const auto q_scale = column_q_scale(smem, thread);
       if (softmax.softcap_tanh_scale != 0.f) {
@@ -225,7 +222,7 @@ struct MainloopSwapped {
         const int row = query_row(thread, c);
         CUTE_UNROLL
         for (int h = 0; h < 2; ++h) {
-          sPt(row, vt_key_slot(block_key(thread, h)), pt_buffer) = Element::bitcast(uint8_t(bytes >> (8 * h)));
+          sPt(row, vt_key_slot(block_key(thread, h))) = Element::bitcast(uint8_t(bytes >> (8 * h)));
         }
       }
       cutlass::arch::fence_view_async_shared();  // the WGMMA reads sPt through the async proxy
@@ -234,6 +231,14 @@ struct MainloopSwapped {
 
     KState k_state;
     VtState vt_state;
+    int n_block = range.n_block_max - 1;
+    pipeline_k.consumer_wait(k_state);
+    if (thread == 0) { phase_mark(smem, kPhaseFirstKLanded); }
+    issue_st(k_state.index());
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tStS);
+    pipeline_k.consumer_release(k_state);
+    advance_k_stage<Traits>(k_state, kv_shared);
     // O^T += this block's tile, once its GEMM has completed.
     auto fold = [&](const float (&rescale)[2]) {
       warpgroup_fence_operand(tOrOtTile);
@@ -242,44 +247,29 @@ struct MainloopSwapped {
         tOrOt(i) = fmaf(tOrOt(i), rescale[AccumulatorIndex::column(i)], tOrOtTile(i));
       }
     };
-    // Once the S^T GEMM of the block in k_state has completed: its scores readable, its K stage back to the load warp.
-    auto st_completed = [&]() {
-      warpgroup_fence_operand(tStS);
-      pipeline_k.consumer_release(k_state);
-      advance_k_stage<Traits>(k_state, kv_shared);
-    };
-    int n_block = range.n_block_max - 1;
-    int pt_buffer = 0;
-    pipeline_k.consumer_wait(k_state);
-    if (thread == 0) { phase_mark(smem, kPhaseFirstKLanded); }
-    issue_st(k_state.index());
-    warpgroup_wait<0>();
-    st_completed();
-    float rescale[2];
-    scores_to_pt(n_block, pt_buffer, rescale);
-    // Every block but the last: the next block's S^T, then this block's O^T; the next block's softmax runs while
-    // O^T's GEMM does (WGMMA batches complete in order, so waiting for all but one is waiting for S^T). The fold
-    // uses this block's rescale, computed before the next block's softmax raised the maxima again. (The last block
-    // is peeled off: a wait depth chosen by a branch inside the loop made ptxas serialize the WGMMAs, C7518.)
+    // Every block but the last: its O^T tile and the next block's S^T (S^T is free once P^T is in sPt) in flight
+    // together. (The last block is peeled off: a wait depth chosen by a branch inside the loop made ptxas serialize
+    // the WGMMAs, C7518.)
     for (; n_block > range.n_block_min; --n_block) {
+      float rescale[2];
+      scores_to_pt(n_block, rescale);
+      pipeline_vt.consumer_wait(vt_state);
+      issue_ot(vt_state.index());
       pipeline_k.consumer_wait(k_state);
       issue_st(k_state.index());
-      pipeline_vt.consumer_wait(vt_state);
-      issue_ot(vt_state.index(), pt_buffer);
-      warpgroup_wait<1>();  // the next block's S^T is done; O^T still running
-      st_completed();
-      float next_rescale[2];
-      scores_to_pt(n_block - 1, pt_buffer ^ 1, next_rescale);
-      warpgroup_wait<0>();
+      warpgroup_wait<1>();  // the O^T tile is done; S^T still running
       pipeline_vt.consumer_release(vt_state);
       ++vt_state;
       fold(rescale);
-      rescale[0] = next_rescale[0];
-      rescale[1] = next_rescale[1];
-      pt_buffer ^= 1;
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tStS);
+      pipeline_k.consumer_release(k_state);
+      advance_k_stage<Traits>(k_state, kv_shared);
     }
+    float rescale[2];
+    scores_to_pt(n_block, rescale);
     pipeline_vt.consumer_wait(vt_state);
-    issue_ot(vt_state.index(), pt_buffer);
+    issue_ot(vt_state.index());
     warpgroup_wait<0>();
     pipeline_vt.consumer_release(vt_state);
     fold(rescale);

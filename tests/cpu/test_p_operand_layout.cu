@@ -7,7 +7,7 @@
 //     and the 128 threads' words must cover the 64 x BLK_N tile exactly once;
 //   - split dv with swapped operands (mainloop_swapped.cuh): vt_key_slot is where P's register order puts each key;
 //     the loop's own index maps of S^T and O^T (query_row, block_key) are CuTe's accumulator layouts; its P^T stores
-//     cover each of SmemLayoutPt's two buffers exactly once; its Q rows are sQ's first rows.
+//     cover SmemLayoutPt exactly once; its Q rows are sQ's first rows.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -96,9 +96,7 @@ void check_swapped_operands(const std::string& name) {
       ASSERT_EQ(int(get<0>(tScS(i))), key) << "thread " << t << " value " << i;
       ASSERT_EQ(int(get<1>(tScS(i))), row) << "thread " << t << " value " << i;
       scores.insert({key, row});
-      for (int buffer = 0; buffer < Traits::kPtBuffers; ++buffer) {
-        ++pt_writes[size_t(layout_pt(row, vt_key_slot(key), buffer))];
-      }
+      ++pt_writes[size_t(layout_pt(row, vt_key_slot(key)))];
     }
     Tensor tOcO = typename Swapped::TiledMmaOt{}.get_thread_slice(t).partition_C(cOt);  // (MMA, DV/64, 1) -> (dv, row)
     ASSERT_EQ(int(size(tOcO)), kDv * kRows / 128);
