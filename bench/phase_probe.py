@@ -65,6 +65,18 @@ def grid_microseconds(runs: list[torch.Tensor]) -> dict[str, list[float]]:
     return out
 
 
+def quantile_rows(per_mark: dict[str, list[float]], quantiles: dict[str, float]) -> list[dict]:
+    """One row per mark with values: {"mark", each named quantile, "samples"}."""
+    rows = []
+    for name, values in per_mark.items():
+        if not values:
+            continue
+        q = torch.tensor(values, dtype=torch.float64).quantile(
+            torch.tensor(list(quantiles.values()), dtype=torch.float64)).tolist()
+        rows.append({"mark": name, **dict(zip(quantiles, q)), "samples": len(values)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=8)
@@ -92,18 +104,8 @@ def main() -> None:
             raise SystemExit("phase_probe: no marks recorded: is FP8ATTN_LIB a probe build (FP8ATTN_PHASE_PROBE=ON)?")
         runs.append(ran)
     per_mark = cta_microseconds(torch.cat(runs))
-    rows = []
-    for name, values in per_mark.items():
-        if not values:
-            continue
-        q = torch.tensor(values, dtype=torch.float64).quantile(
-            torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
-        rows.append({"mark": name, "p10": q[0], "median": q[1], "p90": q[2], "samples": len(values)})
-    grid_rows = []
-    for name, values in grid_microseconds(runs).items():
-        q = torch.tensor(values, dtype=torch.float64).quantile(
-            torch.tensor([0.1, 0.5, 0.9, 1.0], dtype=torch.float64)).tolist()
-        grid_rows.append({"mark": name, "p10": q[0], "median": q[1], "p90": q[2], "max": q[3], "samples": len(values)})
+    rows = quantile_rows(per_mark, {"p10": 0.1, "median": 0.5, "p90": 0.9})
+    grid_rows = quantile_rows(grid_microseconds(runs), {"p10": 0.1, "median": 0.5, "p90": 0.9, "max": 1.0})
     print(bc.format_table(["mark (us from the CTA's entry)", "p10", "median", "p90", "samples"],
                           [[r["mark"], r["p10"], r["median"], r["p90"], r["samples"]] for r in rows]))
     print(bc.format_table(["grid (%globaltimer us from the run's first entry)", "p10", "median", "p90", "max", "samples"],
