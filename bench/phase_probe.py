@@ -103,18 +103,19 @@ def main() -> None:
         if ran.numel() == 0:
             raise SystemExit("phase_probe: no marks recorded: is FP8ATTN_LIB a probe build (FP8ATTN_PHASE_PROBE=ON)?")
         runs.append(ran)
-    per_mark = cta_microseconds(torch.cat(runs))
-    rows = quantile_rows(per_mark, {"p10": 0.1, "median": 0.5, "p90": 0.9})
-    grid_rows = quantile_rows(grid_microseconds(runs), {"p10": 0.1, "median": 0.5, "p90": 0.9, "max": 1.0})
-    print(bc.format_table(["mark (us from the CTA's entry)", "p10", "median", "p90", "samples"],
-                          [[r["mark"], r["p10"], r["median"], r["p90"], r["samples"]] for r in rows]))
-    print(bc.format_table(["grid (%globaltimer us from the run's first entry)", "p10", "median", "p90", "max", "samples"],
-                          [[r["mark"], r["p10"], r["median"], r["p90"], r["max"], r["samples"]] for r in grid_rows]))
+    quantiles = {"p10": 0.1, "median": 0.5, "p90": 0.9}
+    rows = quantile_rows(cta_microseconds(torch.cat(runs)), quantiles)
+    grid_quantiles = {**quantiles, "max": 1.0}
+    grid_rows = quantile_rows(grid_microseconds(runs), grid_quantiles)
+    for title, table, names in (("mark (us from the CTA's entry)", rows, quantiles),
+                                ("grid (%globaltimer us from the run's first entry)", grid_rows, grid_quantiles)):
+        print(bc.format_table([title, *names, "samples"],
+                              [[r["mark"], *(r[n] for n in names), r["samples"]] for r in table]))
     if args.out is not None:
         meta = bc.run_metadata()
         bc.write_json(args.out, {"requests": args.requests, "context": args.context, "flush": args.flush,
-                                 "reps": args.reps, "ctas_per_run": int(runs[0].shape[0]), "rows": rows, "grid_rows": grid_rows,
-                                 "commit": meta["commit"], "gpu": meta["gpu"], "meta": meta})
+                                 "reps": args.reps, "ctas_per_run": int(runs[0].shape[0]), "rows": rows,
+                                 "grid_rows": grid_rows, "commit": meta["commit"], "gpu": meta["gpu"], "meta": meta})
 
 
 if __name__ == "__main__":
