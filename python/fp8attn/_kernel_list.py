@@ -1,6 +1,6 @@
 """The supported (head_dim, head_dim_v) pairs, read from src/kernels.list: their one source.
 
-The list declares every compiled forward kernel as ``d dv block_m block_n [one_level | varlen_schedule | q16]``
+The list declares every compiled forward kernel as ``d dv block_m block_n [one_level] [varlen_schedule] [q16] [swapped]``
 (``#`` starts a comment); its (d, dv) pairs, in order, are the supported head dims (cmake/kernels.cmake
 generates the same list for the C++ side). An installed wheel carries the file next to this module
 (cmake/install.cmake); a source checkout reads <repo>/src/kernels.list. Neither torch nor libfp8attn.so is needed.
@@ -25,6 +25,10 @@ def kernel_list_path() -> Path:
         "install the package with `pip install .` or use it from a source checkout")
 
 
+# The words a kernel line may carry after its four numbers, each at most once (cmake/kernels.cmake reads the same).
+_FLAGS = ("one_level", "varlen_schedule", "q16", "swapped")
+
+
 def parse_head_dims(text: str) -> tuple[tuple[int, int], ...]:
     """The distinct (d, dv) pairs of a kernels.list text, in order of first appearance."""
     pairs: list[tuple[int, int]] = []
@@ -32,11 +36,12 @@ def parse_head_dims(text: str) -> tuple[tuple[int, int], ...]:
         line = raw.split("#", 1)[0].split()
         if not line:
             continue
-        well_formed = (len(line) in (4, 5) and all(f.isdigit() for f in line[:4])
-                       and line[4:] in ([], ["one_level"], ["varlen_schedule"], ["q16"]))
+        flags = line[4:]
+        well_formed = (len(line) >= 4 and all(f.isdigit() for f in line[:4])
+                       and all(f in _FLAGS for f in flags) and len(set(flags)) == len(flags))
         if not well_formed:
             raise ValueError(f"fp8attn: kernels.list line {number}: cannot parse {raw.strip()!r} "
-                             "(expected: d dv block_m block_n [one_level | varlen_schedule | q16])")
+                             "(expected: d dv block_m block_n [one_level] [varlen_schedule] [q16] [swapped])")
         pair = (int(line[0]), int(line[1]))
         if pair not in pairs:
             pairs.append(pair)

@@ -28,15 +28,21 @@ struct KernelKey {
   // Q in fp16/bf16, quantized to E4M3 per row inside the kernel (quantize_q.cuh); E4M3 Q otherwise. Kernels of
   // their own, so that the E4M3 kernels carry none of its code or its two per-row scale registers.
   bool q16 = false;
+  // Split dv (dv = 512) tiles of at most kSwappedRows rows (decode): the swapped-operand loop alone
+  // (mainloop_swapped.cuh). A kernel of its own, so that the decode path's code is not spread through the split-dv
+  // prefill loop's (a decode CTA fetches its start and end cold: docs/design.md, Measured choices).
+  bool swapped = false;
   bool operator==(const KernelKey& o) const {
     return head_dim == o.head_dim && head_dim_v == o.head_dim_v && block_m == o.block_m && block_n == o.block_n &&
-           two_level == o.two_level && varlen_schedule == o.varlen_schedule && q16 == o.q16;
+           two_level == o.two_level && varlen_schedule == o.varlen_schedule && q16 == o.q16 &&
+           swapped == o.swapped;
   }
   // "d=128 dv=128 block_m=64 block_n=128": for diagnostics and not-compiled errors only.
   std::string to_string() const {
     return "d=" + std::to_string(head_dim) + " dv=" + std::to_string(head_dim_v) +
            " block_m=" + std::to_string(block_m) + " block_n=" + std::to_string(block_n) +
-           (two_level ? "" : " one_level") + (varlen_schedule ? " varlen_schedule" : "") + (q16 ? " q16" : "");
+           (two_level ? "" : " one_level") + (varlen_schedule ? " varlen_schedule" : "") + (q16 ? " q16" : "") +
+           (swapped ? " swapped" : "");
   }
 };
 
@@ -59,8 +65,6 @@ struct KernelConfig {
   // The direct grid folded into gridDim.x (more than 65535 sequences x splits, or heads): CTA i takes M block
   // i % m_blocks of row i / m_blocks, rows as in (heads, batch * splits).
   bool folded_grid = false;
-  // Split dv (dv = 512) with tiles of at most kSwappedRows rows: the swapped-operand loop (kernel_rules.h).
-  bool swapped_operands = false;
 
   // The one definition of a split-KV call: the forward kernel writes fp32 partials into the workspace and
   // the combine kernel reduces them into out/lse. Everything else asks this, host and device alike (the

@@ -22,7 +22,7 @@ constexpr int ctas_per_sm_for(int block_m, int head_dim_v) { return block_m == 6
 constexpr bool split_dv(int head_dim_v) { return head_dim_v > 256; }
 
 // Split dv with at most kSwappedRows query rows per tile (decode of Gemma-4's global layers: 8 q heads per KV head,
-// one token) runs the swapped-operand loop inside the same kernel: S^T = K Q^T and O^T = V^T P^T with the rows as the
+// one token) runs the swapped-operand loop, on a kernel of its own (KernelKey::swapped): S^T = K Q^T and O^T = V^T P^T with the rows as the
 // GEMMs' N (mainloop_swapped.cuh; docs/design.md section 8). tile_rows: query rows of one M tile (tokens x q heads
 // per KV head with PackGQA).
 constexpr int kSwappedRows = 8;
@@ -41,7 +41,8 @@ constexpr int varlen_schedule_block_m(int head_dim, int head_dim_v) {
 // (src/kernels.list): a 16-bit Q (the q16 kernels: the quantization's per-row scales take two registers through the
 // KV loop, which the 128-row d128 and d256 prefill tiles do not have, docs/design.md section 8) and split dv (dv =
 // 512, whose two MMA warpgroups share one 64-row tile). Decode runs there as on any 64-row kernel (PackGQA, splits),
-// prefill in 64-row tiles, mixed prefill + decode calls on the direct grid.
+// prefill in 64-row tiles, mixed prefill + decode calls on the direct grid. At dv = 512 the decode tiles of the
+// swapped-operand loop have a 64-row kernel of their own (KernelKey::swapped), beside the one for every other call.
 constexpr bool single_kernel_per_head_dims(bool q16, int head_dim_v) { return q16 || split_dv(head_dim_v); }
 constexpr int kSingleKernelBlockM = 64;
 

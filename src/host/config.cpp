@@ -240,7 +240,7 @@ KernelConfig select_config(const ProblemShape& problem) {
                                 : split_heuristic(ctas, max_kv_blocks(problem, c.key.block_n, c.key.block_m),
                                                   problem.num_sms * ctas_per_sm_for(c.key.block_m, c.key.head_dim_v),
                                                   split_cap);
-  c.swapped_operands = swapped_operands(problem.head_dim_v, int64_t(problem.max_seqlen_q) * (c.pack_gqa ? group : 1));
+  c.key.swapped = swapped_operands(problem.head_dim_v, int64_t(problem.max_seqlen_q) * (c.pack_gqa ? group : 1));
   set_direct_grid(c, problem);
   return c;
 }

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   vt_params.role = is_producer ? PipelineVt::ThreadCategory::Producer : PipelineVt::ThreadCategory::Consumer;
   vt_params.producer_arv_count = Traits::kNumTransposeThreads;
   // Split dv with swapped operands: only the first MMA warpgroup reads V^T.
-  vt_params.consumer_arv_count = Traits::kSplitDv && args.swapped_operands ? 128 : Traits::kNumMmaThreads;
+  vt_params.consumer_arv_count = Traits::kSwapped ? 128 : Traits::kNumMmaThreads;
   PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
 
   const PackGqa pack(args);
@@ -179,20 +179,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     WarpgroupSync wg_sync;    // swapped operands: the first MMA warpgroup's barrier (mainloop_swapped.cuh)
     float* o_rows = nullptr;  // swapped operands: O as rows in shared memory, once the loop has run
     if (has_work) {
-      if constexpr (Traits::kSplitDv) {
-        if (args.swapped_operands) {
-          using Swapped = MainloopSwapped<Traits>;
-          if (mma_thread < 128) {
-            typename Swapped::FragmentOt tOrOt;
-            clear(tOrOt);
-            if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
-            if (mma_thread == 0) { phase_mark(smem, kPhaseQReady); }
-            Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt, args.kv_shared, wg_sync);
-            if (mma_thread == 0) { phase_mark(smem, kPhaseLoopDone); }
-            o_rows = Swapped::stage_rows(smem, mma_thread, tOrOt, softmax, wg_sync);
-            if (mma_thread == 0) { phase_mark(smem, kPhaseRowsStaged); }
-          }
-        } else if (mma_thread < 128) {
+      if constexpr (Traits::kSwapped) {
+        using Swapped = MainloopSwapped<Traits>;
+        if (mma_thread < 128) {
+          typename Swapped::FragmentOt tOrOt;
+          clear(tOrOt);
+          if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
+          if (mma_thread == 0) { phase_mark(smem, kPhaseQReady); }
+          Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt, args.kv_shared, wg_sync);
+          if (mma_thread == 0) { phase_mark(smem, kPhaseLoopDone); }
+          o_rows = Swapped::stage_rows(smem, mma_thread, tOrOt, softmax, wg_sync);
+          if (mma_thread == 0) { phase_mark(smem, kPhaseRowsStaged); }
+        }
+      } else if constexpr (Traits::kSplitDv) {
+        if (mma_thread < 128) {
           if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
           Mainloop::run_score_warpgroup(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO,
                                         args.kv_shared);
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // there waited for instructions). Fetched by the second warpgroup during the loop, they are in the SM's
     // instruction caches when the first gets there (docs/design.md, Measured choices).
     bool dry_run = false;
-    if constexpr (Traits::kSplitDv) { dry_run = args.swapped_operands && mma_thread >= 128; }
+    if constexpr (Traits::kSwapped) { dry_run = mma_thread >= 128; }
     // The dry run takes the first warpgroup's thread indices, so that it runs the path the first will.
     const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads - (dry_run ? 128 : 0);
     const TileCoord epilogue_tile = TileScheduler::tile_again(args, smem.scheduled_tile);  // == tile
@@ -239,8 +239,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     softmax.finalize(v_descale, sink_log2, q_row_scale_of<Traits>(smem), o_scale, lse);
     // Split dv: the P V warpgroup's o_scale is the score warpgroup's (its own softmax saw no scores). With swapped
     // operands the first warpgroup holds the rows' statistics (stage_rows).
-    if constexpr (Traits::kSplitDv) {
-      if (has_work && !args.swapped_operands) { Mainloop::share_output_scale(smem, mma_thread, o_scale); }
+    if constexpr (Traits::kSplitDv && !Traits::kSwapped) {
+      if (has_work) { Mainloop::share_output_scale(smem, mma_thread, o_scale); }
     }
     // Programmatic dependent launch: once every CTA is here, the split-KV combine may start launching; it waits
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
@@ -250,17 +250,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       cutlass::arch::launch_dependent_grids();
       if (epilogue_thread == 0) { phase_mark(smem, kPhaseEpilogueStart); }
     }
-    if constexpr (Traits::kSplitDv) {
-      if (args.swapped_operands) {
-        Epilogue<Traits>::template store_rows<MainloopSwapped<Traits>::kStageRowFloats>(
-            smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread,
-            o_rows, o_scale, lse, [&] { wg_sync.sync(smem); }, dry_run);
-        if (!dry_run && epilogue_thread == 0) { phase_probe_end(smem); }
-        return;
-      }
+    if constexpr (Traits::kSwapped) {
+      Epilogue<Traits>::template store_rows<MainloopSwapped<Traits>::kStageRowFloats>(
+          smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread,
+          o_rows, o_scale, lse, [&] { wg_sync.sync(smem); }, dry_run);
+      if (!dry_run && epilogue_thread == 0) { phase_probe_end(smem); }
+    } else {
+      Epilogue<Traits>::store(smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split,
+                              epilogue_thread, tOrO, o_scale, lse);
+      if (epilogue_thread == 0) { phase_probe_end(smem); }
     }
-    Epilogue<Traits>::store(smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread, tOrO, o_scale, lse);
-    if (epilogue_thread == 0) { phase_probe_end(smem); }
   }
 }
 

@@ -73,7 +73,6 @@ inline FwdArgs make_fwd_args(const fp8attn_fwd_params& p, const KernelConfig& co
   a.q_bf16 = p.q_dtype == FP8ATTN_DTYPE_BF16;
   a.kv_shared = p.k == p.v && p.head_dim == p.head_dim_v && p.k_batch_stride == p.v_batch_stride &&
                 p.k_row_stride == p.v_row_stride && p.k_head_stride == p.v_head_stride;
-  a.swapped_operands = config.swapped_operands;
   a.packed_rows_divmod = cutlass::FastDivmod(config.pack_gqa ? a.qheads_per_kvhead : 1);
   a.q = static_cast<const uint8_t*>(p.q);
   a.q_batch_stride = p.q_batch_stride;

@@ -37,8 +37,6 @@ struct FwdArgs {
   // k and v are one tensor (same address and strides: Gemma-4's K = V). The split-dv kernels then load each KV tile
   // once and transpose V from the K stage (producer_load.cuh); the other kernels do not look. (Padding: no field moves.)
   bool kv_shared = false;
-  // Split dv: the swapped-operand loop (KernelConfig::swapped_operands, mainloop_swapped.cuh). (Padding: no field moves.)
-  bool swapped_operands = false;
   cutlass::FastDivmod packed_rows_divmod;  // divides a packed row by G (G = 1 when not packing)
 
   // Q for the PackGQA gather and the q16 kernels' loads (TMA reads an E4M3 Q otherwise): dense [batch, seqlen_q,

@@ -46,8 +46,10 @@ constexpr auto k_major_swizzle_atom() {
 // accuracy test and the cost measurement of two-level accumulation. select_config() never picks it.
 // kVarlenSchedule_ = true: the varlen schedule's tile list instead of the direct grid (tile_scheduler.cuh).
 // kQ16_ = true: Q arrives in fp16/bf16 and the MMA warpgroups quantize it per row (quantize_q.cuh).
+// kSwapped_ = true (split dv only): decode tiles of at most kSwappedRows rows, the swapped-operand loop alone
+// (mainloop_swapped.cuh); false: the split-dv loop alone (mainloop_split_dv.cuh).
 template <int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, bool kTwoLevel_ = true, bool kVarlenSchedule_ = false,
-          bool kQ16_ = false>
+          bool kQ16_ = false, bool kSwapped_ = false>
 struct KernelTraits {
   using Element = cutlass::float_e4m3_t;  // Q, K, V and P
   using ElementAccum = float;
@@ -64,6 +66,9 @@ struct KernelTraits {
 
   // Split dv: two MMA warpgroups on one 64-row tile, O's columns halved between them (kernel_rules.h).
   static constexpr bool kSplitDv = split_dv(kHeadDimV_);
+  static constexpr bool kSwapped = kSwapped_;
+  static_assert(!kSwapped || (kSplitDv && kBlockM_ == 64 && !kVarlenSchedule_),
+                "swapped operands: the split-dv 64-row tile on the direct grid (kernel_rules.h)");
   static constexpr int kNumRowWarpgroups = kBlockM / 64;  // warpgroups along M: the GEMMs' atom layout
   static constexpr int kNumMmaWarpgroups = kSplitDv ? 2 : kNumRowWarpgroups;
   static constexpr int kHeadDimVPerWarpgroup = kSplitDv ? kHeadDimV / 2 : kHeadDimV;  // O's columns per warpgroup

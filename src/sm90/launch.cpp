@@ -11,8 +11,9 @@
 
 namespace fp8attn::sm90 {
 
-#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16) \
-  cudaError_t FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL, VS, Q16)(const fp8attn_fwd_params&, const KernelConfig&, cudaStream_t);
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16, SW)                                                      \
+  cudaError_t FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL, VS, Q16, SW)(const fp8attn_fwd_params&, const KernelConfig&, \
+                                                                   cudaStream_t);
 #include "kernel_registry.inc"
 #ifdef FP8ATTN_WITH_INTERNAL_KERNELS
 #include "kernel_registry_internal.inc"
@@ -27,8 +28,9 @@ struct CompiledKernel {
 };
 
 const CompiledKernel kCompiledKernels[] = {
-#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16) \
-  {KernelKey{D, DV, BM, BN, TL != 0, VS != 0, Q16 != 0}, &FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL, VS, Q16)},
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16, SW)               \
+  {KernelKey{D, DV, BM, BN, TL != 0, VS != 0, Q16 != 0, SW != 0}, \
+   &FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL, VS, Q16, SW)},
 #include "kernel_registry.inc"
 #ifdef FP8ATTN_WITH_INTERNAL_KERNELS
 #include "kernel_registry_internal.inc"
@@ -37,7 +39,7 @@ const CompiledKernel kCompiledKernels[] = {
 };
 
 const KernelKey kDeclaredKernels[] = {
-#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16) KernelKey{D, DV, BM, BN, TL != 0, VS != 0, Q16 != 0},
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16, SW) KernelKey{D, DV, BM, BN, TL != 0, VS != 0, Q16 != 0, SW != 0},
 #include "kernel_list_all.inc"
 #undef FP8ATTN_KERNEL
 };

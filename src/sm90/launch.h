@@ -27,7 +27,7 @@ const char* compiled_kernels_description();
 
 // One generated forward launcher per compiled kernel (fwd_instantiation.cu.in).
 using ForwardLauncher = cudaError_t (*)(const fp8attn_fwd_params&, const KernelConfig&, cudaStream_t);
-#define FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL, VS, Q16) \
-  launch_fwd_d##D##_dv##DV##_m##BM##_n##BN##_tl##TL##_vs##VS##_q##Q16
+#define FP8ATTN_LAUNCHER_NAME(D, DV, BM, BN, TL, VS, Q16, SW) \
+  launch_fwd_d##D##_dv##DV##_m##BM##_n##BN##_tl##TL##_vs##VS##_q##Q16##_sw##SW
 
 }  // namespace fp8attn::sm90

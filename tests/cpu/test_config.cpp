@@ -233,9 +233,9 @@ std::string check_config(const Case& c, const ProblemShape& p, const KernelConfi
   if (group > 1 && c.seqlen_q >= 1 && int64_t{c.seqlen_q} * group <= 64 && !k.pack_gqa)
     e << " GQA decode (" << c.seqlen_q << " tokens x " << group << " heads <= 64) not packed;";
   const int64_t rows = int64_t{c.seqlen_q} * (k.pack_gqa ? group : 1);
-  // Swapped operands exactly for split-dv tiles of at most kSwappedRows rows (kernel_rules.h).
-  if (k.swapped_operands != (c.dv == 512 && rows <= fp8attn::kSwappedRows))
-    e << " swapped_operands " << k.swapped_operands << " for dv " << c.dv << " with " << rows << " rows per tile;";
+  // The swapped-operand kernel exactly for split-dv tiles of at most kSwappedRows rows (kernel_rules.h).
+  if (k.key.swapped != (c.dv == 512 && rows <= fp8attn::kSwappedRows))
+    e << " swapped kernel " << k.key.swapped << " for dv " << c.dv << " with " << rows << " rows per tile;";
   // 64-row tiles for short decode (rows of one tile's head <= 64), for dv <= 64 (d <= 128), and for d, dv <= 96
   // over at most 1024 keys (two CTAs per SM: docs/design.md, Measured choices); 128 rows otherwise. dv <= 64 over >=
   // 8192 keys per row (the window, where bounded on both sides) takes 192 rows where they fill >= 90% of the tiles
@@ -390,7 +390,7 @@ TEST(ConfigSweep, EveryConfigIsDeclaredAndConsistent) {
 // policy may pick (and the one single-level comparison kernel, which it must never pick), direct grid and varlen
 // schedule apart.
 TEST(ConfigSweep, DeclaredKernelsAreTheList) {
-  struct K { int d, dv, bm, bn; bool varlen_schedule; bool q16 = false; };
+  struct K { int d, dv, bm, bn; bool varlen_schedule; bool q16 = false; bool swapped = false; };
   const K declared[] = {
       {64, 64, 64, 128, false},    {64, 64, 192, 128, false},   {96, 96, 128, 128, false},  {96, 96, 64, 128, false},
       {128, 128, 128, 128, false}, {128, 128, 64, 128, false},  {192, 192, 128, 96, false}, {192, 192, 64, 96, false},
@@ -398,7 +398,9 @@ TEST(ConfigSweep, DeclaredKernelsAreTheList) {
       {64, 64, 64, 128, true},     {96, 96, 64, 128, true},     {128, 128, 64, 128, true},   {192, 192, 128, 96, true},
       {192, 128, 128, 96, true},   {256, 256, 128, 128, true},
       {64, 64, 64, 128, false, true}, {96, 96, 64, 128, false, true},  {128, 128, 64, 128, false, true},
-      {192, 192, 64, 96, false, true}, {192, 128, 64, 96, false, true}, {256, 256, 64, 64, false, true}};
+      {192, 192, 64, 96, false, true}, {192, 128, 64, 96, false, true}, {256, 256, 64, 64, false, true},
+      {512, 512, 64, 64, false},      {512, 512, 64, 64, false, false, true},
+      {512, 512, 64, 64, false, true}, {512, 512, 64, 64, false, true, true}};
   auto key_of = [](const K& k) {
     fp8attn::KernelKey key;
     key.head_dim = k.d;
@@ -407,6 +409,7 @@ TEST(ConfigSweep, DeclaredKernelsAreTheList) {
     key.block_n = k.bn;
     key.varlen_schedule = k.varlen_schedule;
     key.q16 = k.q16;
+    key.swapped = k.swapped;
     return key;
   };
   for (const K& k : declared) { EXPECT_TRUE(fp8attn::sm90::is_declared_kernel(key_of(k))) << key_of(k).to_string(); }
@@ -414,7 +417,8 @@ TEST(ConfigSweep, DeclaredKernelsAreTheList) {
                           {256, 256, 64, 128, false},  {256, 256, 128, 64, false}, {128, 64, 64, 128, false},
                           {96, 96, 64, 96, false},     {128, 128, 128, 128, true}, {256, 256, 64, 64, true},
                           {64, 64, 192, 128, true},  {128, 128, 128, 128, false, true}, {64, 64, 64, 128, true, true},
-                          {256, 256, 128, 128, false, true}};
+                          {256, 256, 128, 128, false, true}, {256, 256, 64, 64, false, false, true},
+                          {512, 512, 128, 64, false, false, true}};
   for (const K& k : undeclared) { EXPECT_FALSE(fp8attn::sm90::is_declared_kernel(key_of(k))) << key_of(k).to_string(); }
 }
 
@@ -872,11 +876,11 @@ TEST(ConfigSplitDv, Gemma4GlobalLayersTake64x64DirectGridTiles) {
   EXPECT_EQ(kd.key.block_m, 64);
   EXPECT_EQ(kd.key.block_n, 64);
   EXPECT_GT(kd.num_splits, 1) << "8 CTAs on 132 SMs: the keys must be split, " << describe(kd);
-  EXPECT_TRUE(kd.swapped_operands) << "8 rows per tile: the swapped-operand loop";
+  EXPECT_TRUE(kd.key.swapped) << "8 rows per tile: the swapped-operand kernel";
   Case spec = decode;  // speculative decode, 2 tokens: 16 rows per tile, the split-dv loop
   spec.seqlen_q = 2;
   spec.total_q = 16;
-  EXPECT_FALSE(config_of(spec).swapped_operands);
+  EXPECT_FALSE(config_of(spec).key.swapped);
 
   Case prefill;  // 16k causal prefill, E4M3 q
   prefill.d = prefill.dv = 512;
@@ -889,7 +893,7 @@ TEST(ConfigSplitDv, Gemma4GlobalLayersTake64x64DirectGridTiles) {
   EXPECT_EQ(kp.key.block_m, 64) << describe(kp);
   EXPECT_EQ(kp.key.block_n, 64) << describe(kp);
   EXPECT_EQ(kp.num_splits, 1) << describe(kp);
-  EXPECT_FALSE(kp.swapped_operands);
+  EXPECT_FALSE(kp.key.swapped);
 
   Case mixed = decode;  // a 2k chunk beside 40 decodes: no varlen-schedule kernel at dv = 512
   mixed.batch = 41;

@@ -119,22 +119,22 @@ void check_swapped_operands(const std::string& name) {
 
 TEST(POperandLayout, SwappedOperandsForEverySplitDvKernel) {
   int kernels = 0;
-#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16)                                                    \
-  if constexpr (KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16)>::kSplitDv) {              \
-    check_swapped_operands<KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16)>>(             \
-        "d" #D " dv" #DV " m" #BM " n" #BN " q16 " #Q16);                                             \
-    ++kernels;                                                                                        \
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16, SW)                                                    \
+  if constexpr (KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>::kSwapped) {          \
+    check_swapped_operands<KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>>(         \
+        "d" #D " dv" #DV " m" #BM " n" #BN " q16 " #Q16 " swapped");                                      \
+    ++kernels;                                                                                            \
   }
 #include "kernel_list_all.inc"
 #undef FP8ATTN_KERNEL
-  EXPECT_EQ(kernels, 2) << "the d512 kernels: E4M3 Q and 16-bit Q";
+  EXPECT_EQ(kernels, 2) << "the d512 swapped-operand kernels: E4M3 Q and 16-bit Q";
 }
 
 TEST(POperandLayout, RegisterOrderAndSplitDvStoresForEveryDeclaredKernel) {
   int kernels = 0;
-#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16)                                                              \
-  check_p_operand<KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16)>>(                                 \
-      "d" #D " dv" #DV " m" #BM " n" #BN " tl" #TL " vs" #VS " q16 " #Q16);                                     \
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16, SW)                                                          \
+  check_p_operand<KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>>(                       \
+      "d" #D " dv" #DV " m" #BM " n" #BN " tl" #TL " vs" #VS " q16 " #Q16 " sw" #SW);                           \
   ++kernels;
 #include "kernel_list_all.inc"
 #undef FP8ATTN_KERNEL

@@ -213,8 +213,8 @@ void check_kernel() {
 
 TEST(TransposePlan, AddressesDataAndBanksForEveryDeclaredKernel) {
   int kernels = 0;
-#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16) \
-  check_kernel<D, DV, BM, BN, bool(TL)>();           \
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16, SW) \
+  check_kernel<D, DV, BM, BN, bool(TL)>();               \
   ++kernels;
 #include "kernel_list_all.inc"
 #undef FP8ATTN_KERNEL

@@ -1136,12 +1136,12 @@ struct DeclaredKernel {
   int head_dim, head_dim_v;
 };
 constexpr DeclaredKernel kCompiledKernels[] = {
-#define FP8ATTN_KERNEL(D, DV, BLOCK_M, BLOCK_N, TWO_LEVEL, VARLEN_SCHEDULE, Q16) {D, DV},
+#define FP8ATTN_KERNEL(D, DV, BLOCK_M, BLOCK_N, TWO_LEVEL, VARLEN_SCHEDULE, Q16, SWAPPED) {D, DV},
 #include "kernel_registry.inc"
 #undef FP8ATTN_KERNEL
 };
 constexpr DeclaredKernel kDeclaredKernels[] = {
-#define FP8ATTN_KERNEL(D, DV, BLOCK_M, BLOCK_N, TWO_LEVEL, VARLEN_SCHEDULE, Q16) {D, DV},
+#define FP8ATTN_KERNEL(D, DV, BLOCK_M, BLOCK_N, TWO_LEVEL, VARLEN_SCHEDULE, Q16, SWAPPED) {D, DV},
 #include "kernel_list_all.inc"
 #undef FP8ATTN_KERNEL
 };

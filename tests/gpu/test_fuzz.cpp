@@ -450,8 +450,9 @@ TEST(Fuzz, RandomConfigurationsMatchTheReference) {
 // together they reach every kernel. The prefill calls' sequences have about the same query lengths, so that
 // they take the direct grid; the mixed call (decodes beside a chunk) takes the varlen schedule. A bf16 q's decode
 // call reaches the head dims' q16 kernel. At d512 the paged calls pass v as k (K = V: each tile loaded once), the
-// others separate K and V, so both of its load paths run.
-enum class CallKind { kDecode, kPrefill, kLongPrefill, kMixed, kSixteenBitQDecode };
+// others separate K and V, so both of its load paths run; its decode calls reach the swapped-operand kernels, and a
+// bf16 q's prefill call the q16 kernel of every other call (below d512 the decode call's q16 kernel serves it too).
+enum class CallKind { kDecode, kPrefill, kLongPrefill, kMixed, kSixteenBitQDecode, kSixteenBitQPrefill };
 
 TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
   std::set<std::string> compiled, covered;
@@ -463,9 +464,10 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
   uint64_t seed = 7000;
   for (const auto& [d, dv] : compiled_head_dims()) {
     for (const CallKind kind : {CallKind::kDecode, CallKind::kPrefill, CallKind::kLongPrefill, CallKind::kMixed,
-                                CallKind::kSixteenBitQDecode}) {
+                                CallKind::kSixteenBitQDecode, CallKind::kSixteenBitQPrefill}) {
       // The long call exists for the 192-row tiles (dv = 64); at d512 its fp64 reference would cost seconds for nothing.
       if (kind == CallKind::kLongPrefill && dv == 512) continue;
+      if (kind == CallKind::kSixteenBitQPrefill && dv != 512) continue;
       const bool paged = kind == CallKind::kDecode || kind == CallKind::kMixed || kind == CallKind::kSixteenBitQDecode;
       Case c;
       c.head_dim = d;
@@ -480,6 +482,7 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
           c.seqlens_k = {700, 33, 1};
           break;
         case CallKind::kPrefill:
+        case CallKind::kSixteenBitQPrefill:
           c.seqlens_q = {200, 190, 185};
           c.seqlens_k = {300, 190, 1100};
           break;
@@ -497,7 +500,7 @@ TEST(KernelVariants, EachCompiledKernelMatchesTheReference) {
       c.page_size = 32;
       c.causal = true;
       c.sink = paged ? SinkType::kF32 : SinkType::kNone;
-      if (kind == CallKind::kSixteenBitQDecode) {
+      if (kind == CallKind::kSixteenBitQDecode || kind == CallKind::kSixteenBitQPrefill) {
         c.q_dtype = FP8ATTN_DTYPE_BF16;
         c.out_dtype = FP8ATTN_DTYPE_BF16;
       }

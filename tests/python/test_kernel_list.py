@@ -24,11 +24,12 @@ def test_supported_head_sizes_are_the_lists_pairs() -> None:
 
 def test_parse_keeps_order_and_drops_duplicates_and_comments() -> None:
     text = ("# comment\n256 256 128 64\n64 64 64 128   # trailing\n\n256 256 64 64\n128 128 128 128 one_level\n"
-            "96 96 64 128 varlen_schedule\n")
-    assert _kernel_list.parse_head_dims(text) == ((256, 256), (64, 64), (128, 128), (96, 96))
+            "96 96 64 128 varlen_schedule\n512 512 64 64 q16 swapped\n")
+    assert _kernel_list.parse_head_dims(text) == ((256, 256), (64, 64), (128, 128), (96, 96), (512, 512))
 
 
-@pytest.mark.parametrize("line", ["128 128 128", "128 128 128 128 two_level", "d dv 128 128"])
+@pytest.mark.parametrize("line", ["128 128 128", "128 128 128 128 two_level", "d dv 128 128",
+                                  "512 512 64 64 q16 q16"])
 def test_parse_rejects_malformed_lines_by_number(line: str) -> None:
     with pytest.raises(ValueError, match=r"kernels.list line 2: cannot parse"):
         _kernel_list.parse_head_dims("64 64 128 128\n" + line)
