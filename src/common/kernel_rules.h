@@ -22,9 +22,9 @@ constexpr int ctas_per_sm_for(int block_m, int head_dim_v) { return block_m == 6
 constexpr bool split_dv(int head_dim_v) { return head_dim_v > 256; }
 
 // Split dv with at most kSwappedRows query rows per tile (decode of Gemma-4's global layers: 8 q heads per KV head,
-// one token) runs the swapped-operand loop, on a kernel of its own (KernelKey::swapped): S^T = K Q^T and O^T = V^T P^T with the rows as the
-// GEMMs' N (mainloop_swapped.cuh; docs/design.md section 8). tile_rows: query rows of one M tile (tokens x q heads
-// per KV head with PackGQA).
+// one token) runs the swapped-operand loop, on a kernel of its own (KernelKey::swapped): S^T = K Q^T and
+// O^T = V^T P^T with the rows as the GEMMs' N (mainloop_swapped.cuh; docs/design.md section 8). tile_rows: query
+// rows of one M tile (tokens x q heads per KV head with PackGQA).
 constexpr int kSwappedRows = 8;
 constexpr bool swapped_operands(int head_dim_v, long long tile_rows) {
   return split_dv(head_dim_v) && tile_rows <= kSwappedRows;
