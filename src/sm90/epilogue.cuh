@@ -175,38 +175,36 @@ struct Epilogue {
   }
 
   // Swapped operands (d512 decode tiles, mainloop_swapped.cuh), the first MMA warpgroup: the tile's kSwappedRows
-  // rows from o_rows ([ROWS][kRowFloats] fp32 in shared memory, MainloopSwapped::stage_rows; null where the split
+  // rows from o_rows ([ROWS][kRowFloats] fp32 in shared memory, MainloopSwapped::stage_ot_rows; null where the split
   // had no KV block, whose rows are zeros). Each thread takes 4 adjacent columns of every row: one 16-byte read, one
   // 16-byte partial store or two pair stores. The row loop stays rolled: a decode CTA runs this once, cold, and
   // its code size is its cost (the split-dv row layout's store, which this replaces, ran 128 values per thread
   // for 8 real rows). o_scale / lse: this thread's accumulator rows' (finalize()); the tile's rows are the
-  // first row half of warp 0. warpgroup_sync: the warpgroup's barrier (the loop's, WarpgroupSync). dry_run: the
-  // second MMA warpgroup runs these instructions ahead of the first with no effect (no barrier, no shared or global
-  // memory written or shared memory of the first read), so that the first finds them fetched (fwd_kernel.cuh).
+  // first row half of warp 0. warpgroup_sync: the warpgroup's barrier (the loop's, WarpgroupSync).
   template <int kRowFloats, class Sync>
   CUTE_DEVICE static void store_rows(SharedStorage& smem, const FwdArgs& args, const SeqInfo& seq, int m_block, int head,
                                      int split, int thread, const float* o_rows, const float (&o_scale)[2],
-                                     const float (&lse)[2], Sync&& warpgroup_sync, bool dry_run) {
+                                     const float (&lse)[2], Sync&& warpgroup_sync) {
     static_assert(Traits::kSplitDv && kHeadDimV == 4 * 128, "one float4 per thread and row");
     static_assert(kRowFloats % 4 == 0, "16-byte aligned rows");
     const PackGqa pack(args);
     const int own_row = accumulator_row(thread, 0);
-    if (!dry_run && own_row < kSwappedRows && thread % 4 == 0) {
+    if (own_row < kSwappedRows && thread % 4 == 0) {
       smem.split_dv_row_factor[own_row] = o_scale[0];
       const RowTarget target = pack.row_target(m_block * kBlockM + own_row, head);
       if (target.token < seq.seqlen_q) { store_lse(args, seq, split, target, lse[0]); }
     }
-    if (!dry_run) { warpgroup_sync(); }
+    warpgroup_sync();
     const int col = 4 * thread;
     auto each_row = [&](auto store_four) {
       #pragma unroll 1
       for (int r = 0; r < kSwappedRows; ++r) {
         const RowTarget target = pack.row_target(m_block * kBlockM + r, head);
         if (target.token >= seq.seqlen_q) { continue; }
-        const float scale = dry_run ? 0.f : smem.split_dv_row_factor[r];
+        const float scale = smem.split_dv_row_factor[r];
         float4 v = o_rows != nullptr ? *reinterpret_cast<const float4*>(o_rows + r * kRowFloats + col)
                                      : make_float4(0.f, 0.f, 0.f, 0.f);
-        if (!dry_run) { store_four(target, make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale)); }
+        store_four(target, make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale));
       }
     };
     if (args.split_kv) {

@@ -4,7 +4,8 @@
 //   warpgroups 1..W  MMA: (the q16 kernels: Q's per-row quantization,) QK^T, softmax, PV, epilogue, 64 rows each
 //                    (setmaxnreg up); split dv (dv = 512): two on the same 64 rows, each with half of O's columns,
 //                    the first computing S and the softmax (mainloop_split_dv.cuh), or, for tiles of at most 8
-//                    rows, the first running the swapped-operand loop alone (mainloop_swapped.cuh)
+//                    rows, the first S^T and the softmax, the second O^T with V^T from registers, no V transpose
+//                    by the producer (mainloop_swapped.cuh)
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -63,12 +64,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // TMA: one arrival plus the transaction bytes; PackGQA gather: every transpose-warp thread arrives.
     smem.barrier_q.init(args.pack_gqa ? Traits::kNumTransposeThreads : 1);
     if constexpr (Traits::kSplitDv) { smem.swapped_sync.init(128); }  // mainloop_swapped.cuh, WarpgroupSync
+    if constexpr (Traits::kSwapped) {  // the P^T ring and the staged O rows between the MMA warpgroups
+      for (int stage = 0; stage < Traits::kPtStages; ++stage) {
+        smem.pt_full[stage].init(128);
+        smem.pt_empty[stage].init(128);
+      }
+      smem.rows_staged.init(128);
+    }
   }
 
   // Barriers are initialised by warp 0 inside the pipeline constructors. Split dv: only the score warpgroup reads
-  // K, and with K = V the transpose warps read the K stage as V too (producer_load.cuh).
+  // K, and with K = V the transpose warps read the K stage as V too (producer_load.cuh); with swapped operands the
+  // second MMA warpgroup reads it as V instead.
   typename PipelineK::Params k_params;
-  if constexpr (Traits::kSplitDv) {
+  if constexpr (Traits::kSwapped) {
+    k_params.role = is_producer ? PipelineK::ThreadCategory::Producer
+                    : warpgroup == 1 || args.kv_shared ? PipelineK::ThreadCategory::Consumer
+                                                       : PipelineK::ThreadCategory::NonParticipant;
+    k_params.num_consumers = args.kv_shared ? 256 : 128;
+  } else if constexpr (Traits::kSplitDv) {
     k_params.role = is_producer ? PipelineK::ThreadCategory::ProducerConsumer
                     : warpgroup == 1 ? PipelineK::ThreadCategory::Consumer
                                      : PipelineK::ThreadCategory::NonParticipant;
@@ -81,19 +95,27 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
   k_params.transaction_bytes = Traits::kBytesK;
   PipelineK pipeline_k(smem.pipeline_k, k_params, Shape<_1, _1, _1>{});
 
+  // V as loaded: read by the transpose warps, or with swapped operands by the second MMA warpgroup.
   typename PipelineVLoad::Params vload_params;
-  vload_params.role = is_producer ? PipelineVLoad::ThreadCategory::ProducerConsumer
-                                  : PipelineVLoad::ThreadCategory::NonParticipant;
+  if constexpr (Traits::kSwapped) {
+    vload_params.role = is_producer ? PipelineVLoad::ThreadCategory::Producer
+                        : warpgroup == 2 ? PipelineVLoad::ThreadCategory::Consumer
+                                         : PipelineVLoad::ThreadCategory::NonParticipant;
+    vload_params.num_consumers = 128;
+  } else {
+    vload_params.role = is_producer ? PipelineVLoad::ThreadCategory::ProducerConsumer
+                                    : PipelineVLoad::ThreadCategory::NonParticipant;
+    vload_params.num_consumers = Traits::kNumTransposeThreads;
+  }
   vload_params.is_leader = threadIdx.x == 0;
-  vload_params.num_consumers = Traits::kNumTransposeThreads;
   vload_params.transaction_bytes = Traits::kBytesV;
   PipelineVLoad pipeline_vload(smem.pipeline_vload, vload_params, Shape<_1, _1, _1>{});
 
   typename PipelineVt::Params vt_params;
   vt_params.role = is_producer ? PipelineVt::ThreadCategory::Producer : PipelineVt::ThreadCategory::Consumer;
   vt_params.producer_arv_count = Traits::kNumTransposeThreads;
-  // Split dv with swapped operands: only the first MMA warpgroup reads V^T.
-  vt_params.consumer_arv_count = Traits::kSwapped ? 128 : Traits::kNumMmaThreads;
+  // (The swapped-operand kernels construct it but pass nothing through it: their V^T is in registers.)
+  vt_params.consumer_arv_count = Traits::kNumMmaThreads;
   PipelineVt pipeline_vt(smem.pipeline_vt, vt_params, cute::true_type{});
 
   const PackGqa pack(args);
@@ -182,14 +204,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
       if constexpr (Traits::kSwapped) {
         using Swapped = MainloopSwapped<Traits>;
         if (mma_thread < 128) {
-          typename Swapped::FragmentOt tOrOt;
-          clear(tOrOt);
           if constexpr (!Traits::kQ16) { smem.barrier_q.wait(0); }
           if (mma_thread == 0) { phase_mark(smem, kPhaseQReady); }
-          Swapped::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrOt, args.kv_shared, wg_sync);
+          Swapped::run_scores(smem, pipeline_k, mask, range, mma_thread, softmax, args.kv_shared, wg_sync);
           if (mma_thread == 0) { phase_mark(smem, kPhaseLoopDone); }
-          o_rows = Swapped::stage_rows(smem, mma_thread, tOrOt, softmax, wg_sync);
+          o_rows = Swapped::stage_stats(smem, mma_thread, softmax, wg_sync);
           if (mma_thread == 0) { phase_mark(smem, kPhaseRowsStaged); }
+        } else {
+          typename Swapped::FragmentOt tOrOt;
+          clear(tOrOt);
+          Swapped::run_ot(smem, pipeline_k, pipeline_vload, range, seq.seqlen_k, mma_thread - 128, tOrOt, args.kv_shared);
+          Swapped::stage_ot_rows(smem, mma_thread - 128, tOrOt);
         }
       } else if constexpr (Traits::kSplitDv) {
         if (mma_thread < 128) {
@@ -204,15 +229,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
         Mainloop::run(smem, pipeline_k, pipeline_vt, mask, range, mma_thread, softmax, tOrO);
       }
     }
-    // A swapped tile is the first MMA warpgroup's to the end. The second, idle since Q's quantization, runs the same
-    // epilogue code at once as a dry run (no barrier, no stores, no PDL trigger): a decode CTA runs its end once and
-    // cold, so the end's time was the fetch of its instructions (ncu: 9.5 of the 8 x 4k CTA's 20.4% of stall samples
-    // there waited for instructions). Fetched by the second warpgroup during the loop, they are in the SM's
-    // instruction caches when the first gets there (docs/design.md, Measured choices).
-    bool dry_run = false;
-    if constexpr (Traits::kSwapped) { dry_run = mma_thread >= 128; }
-    // The dry run takes the first warpgroup's thread indices, so that it runs the path the first will.
-    const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads - (dry_run ? 128 : 0);
+    // A swapped tile's end is the first MMA warpgroup's: the second is done once its O rows are staged.
+    if constexpr (Traits::kSwapped) {
+      if (mma_thread >= 128) { return; }
+    }
+    const int epilogue_thread = thread_idx_reread() - Traits::kNumProducerThreads;
     const TileCoord epilogue_tile = TileScheduler::tile_again(args, smem.scheduled_tile);  // == tile
     // Split dv reads the sequence's offsets again for the epilogue, as it does the tile: held through the KV loops,
     // the 64-bit partial row spilled the q16 kernel once it had the swapped-operand loop beside the split-dv one.
@@ -246,15 +267,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     // (griddepcontrol.wait) for this grid's memory before reading the partials. Triggered this late: triggered at
     // the kernel's start instead, every split step was slower, by 1.3-2 us on the 8 MB steps (docs/design.md, Measured
     // choices; the likely reason: released early, the combine's CTAs land on the few SMs that happen to be free then).
-    if (!dry_run) {
-      cutlass::arch::launch_dependent_grids();
-      if (epilogue_thread == 0) { phase_mark(smem, kPhaseEpilogueStart); }
-    }
+    cutlass::arch::launch_dependent_grids();
+    if (epilogue_thread == 0) { phase_mark(smem, kPhaseEpilogueStart); }
     if constexpr (Traits::kSwapped) {
       Epilogue<Traits>::template store_rows<MainloopSwapped<Traits>::kStageRowFloats>(
           smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split, epilogue_thread,
-          o_rows, o_scale, lse, [&] { wg_sync.sync(smem); }, dry_run);
-      if (!dry_run && epilogue_thread == 0) { phase_probe_end(smem); }
+          o_rows, o_scale, lse, [&] { wg_sync.sync(smem); });
+      if (epilogue_thread == 0) { phase_probe_end(smem); }
     } else {
       Epilogue<Traits>::store(smem, args, epilogue_seq, epilogue_tile.m_block, epilogue_tile.head, epilogue_tile.split,
                               epilogue_thread, tOrO, o_scale, lse);

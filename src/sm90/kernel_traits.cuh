@@ -67,6 +67,9 @@ struct KernelTraits {
   // Split dv: two MMA warpgroups on one 64-row tile, O's columns halved between them (kernel_rules.h).
   static constexpr bool kSplitDv = split_dv(kHeadDimV_);
   static constexpr bool kSwapped = kSwapped_;
+  // Swapped operands: the P^T ring between the two MMA warpgroups (mainloop_swapped.cuh); two stages let the score
+  // warpgroup write the next block's P^T while the other multiplies this one's.
+  static constexpr int kPtStages = 2;
   static_assert(!kSwapped || (kSplitDv && kBlockM_ == 64 && !kVarlenSchedule_),
                 "swapped operands: the split-dv 64-row tile on the direct grid (kernel_rules.h)");
   static constexpr int kNumRowWarpgroups = kBlockM / 64;  // warpgroups along M: the GEMMs' atom layout
@@ -232,6 +235,12 @@ struct KernelTraits {
     float swapped_exchange[kSplitDv ? 2 : 1][kSplitDv ? 4 : 1][kSplitDv ? kSwappedRows : 1];
     float swapped_row_stats[kSplitDv ? 3 : 1][kSplitDv ? kSwappedRows : 1];
     cutlass::arch::ClusterBarrier swapped_sync;  // the loop's warpgroup barrier (128 arrivals; split dv only)
+    // Swapped operands: per P^T stage its rows' rescale factors for O^T, the stage's full and empty barriers (128
+    // arrivals: the first, the second MMA warpgroup), and the second's O rows staged for the epilogue (128 arrivals).
+    float swapped_rescale[kSwapped ? kPtStages : 1][kSwapped ? kSwappedRows : 1];
+    cutlass::arch::ClusterBarrier pt_full[kSwapped ? kPtStages : 1];
+    cutlass::arch::ClusterBarrier pt_empty[kSwapped ? kPtStages : 1];
+    cutlass::arch::ClusterBarrier rows_staged;
 #ifdef FP8ATTN_PHASE_PROBE
     uint64_t* phase_marks;  // a probe build: this CTA's row of FwdArgs::phase_marks, or nullptr (phase_probe.cuh)
 #endif

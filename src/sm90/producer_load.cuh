@@ -8,7 +8,8 @@
 // visited from the last to the first). Split dv with K = V (args.kv_shared): each tile is loaded once, into the K
 // stage, and the transpose warps read V from there (the K stage is released by the score warpgroup and by them).
 // Split dv's V-as-loaded stage is the K ring's last (Traits::v_load_buffer): K = V uses it as a third K stage,
-// K != V skips it (advance_k_stage).
+// K != V skips it (advance_k_stage). The swapped-operand kernels have no transpose here: their second MMA warpgroup
+// reads V from the K stage or the V-as-loaded stage into registers (mainloop_swapped.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -107,6 +108,8 @@ struct ProducerLoad {
       } else {
         load_kv_paged(params, seq, range, kv_head, batch, lane, smem, pipeline_k, pipeline_vload);
       }
+    } else if constexpr (Traits::kSwapped) {
+      // Swapped operands: the second MMA warpgroup makes V^T itself, in registers (mainloop_swapped.cuh).
     } else if (shares_kv(args)) {
       transpose_v_tiles(smem, smem.smem_k.data(), pipeline_k, KState{}, pipeline_vt, seq, range, warp - 1, lane);
     } else {

@@ -1,4 +1,5 @@
-// fp8attn SM90 forward, producer warps 1-3: the V transpose, sVLoad [keys, dv] -> sVt [dv, key slots].
+// fp8attn SM90 forward, the V transpose: producer warps 1-3, sVLoad [keys, dv] -> sVt [dv, key slots]; and, for the
+// swapped-operand d512 decode tile, the same transpose into registers (VtFragmentPlan, VtFragments, at the end).
 //
 // FP8 WGMMA reads B only K-major, V arrives [keys, dv] and TMA cannot transpose, so every V tile is rewritten
 // in shared memory. The work is split into units of 16 keys x 32 dv bytes: one ldmatrix.x4.trans (b16) reads
@@ -170,6 +171,77 @@ struct VTransposeWarp {
         tile<1, kMasked>(load_base, store_base, first_selector, second_selector, lane_keys_left);
       } else {
         tile<2, kMasked>(load_base, store_base, first_selector, second_selector, lane_keys_left);
+      }
+    }
+  }
+};
+
+// The swapped-operand d512 decode tile (mainloop_swapped.cuh) multiplies O^T = V^T P^T with V^T from registers (RS
+// WGMMA): its second MMA warpgroup makes the A fragments straight from the V stage as loaded, with a transpose unit's
+// ldmatrix.trans and byte permutes and no store. That takes sVt's 32 KB write and its 32 KB WGMMA read off every block
+// and the producer's transpose warps off the loop (docs/design.md section 8).
+//
+// One ldmatrix.x4.trans per (m64 tile m, k32 step k) and warp w: lane l addresses key 32 k + l of the block (matrix
+// l / 8 holds keys 8 (l / 8) .. + 7), dv bytes 64 m + 16 w .. + 15. Lane l receives, per matrix i, the bytes
+// {V[key][c], V[key][c + 1], V[key + 1][c], V[key + 1][c + 1]} of key = 32 k + 8 i + 2 (l % 4), c = 64 m + 16 w + 2 (l / 4);
+// the even (0x6420) and odd (0x7531) bytes of matrices (0, 1) and (2, 3) are the four words of the RS A fragment
+// (p_word_position: word h + 2 kh is accumulator row r + 8 h, A slots 16 kh + 4 (l % 4) .. + 3). Key slots come out in
+// vt_key_slot's order (where the first warpgroup writes P^T), and accumulator row 16 w + r + 8 h of the m64 tile holds
+// dv 64 m + 16 w + 2 r + h: O^T's rows are permuted within each 16 (ot_row_dv), undone where O is staged as rows.
+// tests/cpu/test_p_operand_layout.cu checks every address against the stage's CuTe layout and emulates the fragments
+// byte by byte against CuTe's RS A layout.
+template <class Traits>
+struct VtFragmentPlan {
+  using Transpose = VTransposePlan<Traits>;
+  static constexpr int kMTiles = Traits::kHeadDimV / 64;  // m64 tiles of O^T
+  static constexpr int kKSteps = Traits::kBlockN / 32;    // k32 steps of a block
+  static constexpr int kWords = 4 * kMTiles * kKSteps;    // 32-bit fragment registers per thread and block
+  static_assert(Traits::kHeadDimV % 64 == 0 && Traits::kBlockN % 32 == 0, "whole m64 tiles and k32 steps");
+
+  // Offsets in one V stage (the layout the TMA writes, [keys, dv]) of lane `lane` of warp `warp` (0..3 of the
+  // warpgroup), and of the (m, k) part; address() joins them as VTransposePlan::unit_address does (the two parts
+  // use disjoint address bits: the CPU test checks every sum against the layout).
+  CUTE_HOST_DEVICE static uint32_t lane_offset(int warp, int lane) {
+    return uint32_t(typename Transpose::LayoutLoadStage{}(lane, 16 * warp));
+  }
+  CUTE_HOST_DEVICE static constexpr uint32_t part_offset(int m, int k) {
+    return uint32_t(typename Transpose::LayoutLoadStage{}(32 * k, 64 * m));
+  }
+  CUTE_HOST_DEVICE static constexpr uint32_t address(uint32_t lane_base, int m, int k) {
+    return Transpose::template unit_address<Transpose::kLoadSwizzlePeriod>(lane_base, part_offset(m, k));
+  }
+  // The flat index of word `word` (h + 2 kh) of part (m, k) in the RS A fragment (MMA, MMA_M, MMA_K) as uint32.
+  CUTE_HOST_DEVICE static constexpr int fragment_word(int word, int m, int k) { return word + 4 * (m + kMTiles * k); }
+  // The dv that accumulator row `row` (0..63) of an m64 tile of O^T holds.
+  CUTE_HOST_DEVICE static constexpr int ot_row_dv(int row) { return row - row % 16 + 2 * (row % 8) + (row % 16) / 8; }
+};
+
+template <class Traits>
+struct VtFragments {
+  using Plan = VtFragmentPlan<Traits>;
+
+  // The A fragments of one block into `words` (Plan::fragment_word order). lane_base: this lane's base address in the
+  // V stage (shared-memory window address). Keys at or past the block's valid keys become zeros as in the transpose
+  // (0 * NaN would not be 0); lane_keys_left = valid keys - 2 * (lane % 4).
+  template <bool kMasked, class Words>
+  CUTE_DEVICE static void load(uint32_t lane_base, int lane_keys_left, Words& words) {
+    CUTE_UNROLL
+    for (int k = 0; k < Plan::kKSteps; ++k) {
+      CUTE_UNROLL
+      for (int m = 0; m < Plan::kMTiles; ++m) {
+        uint32_t r[4];
+        ldsm_x4_trans(Plan::address(lane_base, m, k), r);
+        if constexpr (kMasked) {
+          CUTE_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            const int key = 32 * k + 8 * i;  // minus the lane's 2 * (lane % 4)
+            r[i] &= (key < lane_keys_left ? 0x0000ffffu : 0u) | (key + 1 < lane_keys_left ? 0xffff0000u : 0u);
+          }
+        }
+        words(Plan::fragment_word(0, m, k)) = __byte_perm(r[0], r[1], 0x6420);
+        words(Plan::fragment_word(1, m, k)) = __byte_perm(r[0], r[1], 0x7531);
+        words(Plan::fragment_word(2, m, k)) = __byte_perm(r[2], r[3], 0x6420);
+        words(Plan::fragment_word(3, m, k)) = __byte_perm(r[2], r[3], 0x7531);
       }
     }
   }

@@ -6,16 +6,22 @@
 //     sP(p_word_position) for the P V warpgroup's SS WGMMA; the four slots must be contiguous bytes of SmemLayoutP
 //     and the 128 threads' words must cover the 64 x BLK_N tile exactly once;
 //   - split dv with swapped operands (mainloop_swapped.cuh): vt_key_slot is where P's register order puts each key;
-//     the loop's own index maps of S^T and O^T (query_row, block_key) are CuTe's accumulator layouts; its P^T stores
-//     cover SmemLayoutPt exactly once; its Q rows are sQ's first rows.
+//     the loop's own index maps of S^T and O^T (query_row, block_key) are CuTe's accumulator layouts and O^T's dv
+//     order (ot_value_dv) covers every dv; its P^T stores cover SmemLayoutPt exactly once; its Q rows are sQ's first
+//     rows; and V^T's register fragments (VtFragments, transpose_v.cuh), emulated byte by byte from a random V stage
+//     (ldmatrix.trans, the byte permutes, the mask of keys past the sequence), are what CuTe's RS A layout of O^T's
+//     GEMM asks for: A slot s of accumulator row r holds V[key of slot s][dv of row r].
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "sm90/kernel_traits.cuh"
 #include "sm90/mainloop_swapped.cuh"
+#include "sm90/transpose_v.cuh"
 #include "sm90/utils.cuh"
 
 namespace fp8attn::sm90 {
@@ -98,12 +104,15 @@ void check_swapped_operands(const std::string& name) {
       scores.insert({key, row});
       ++pt_writes[size_t(layout_pt(row, vt_key_slot(key)))];
     }
-    Tensor tOcO = typename Swapped::TiledMmaOt{}.get_thread_slice(t).partition_C(cOt);  // (MMA, DV/64, 1) -> (dv, row)
+    Tensor tOcO = typename Swapped::TiledMmaOt{}.get_thread_slice(t).partition_C(cOt);  // (MMA, DV/64, 1) -> (row, col)
     ASSERT_EQ(int(size(tOcO)), kDv * kRows / 128);
     for (int i = 0; i < int(size(tOcO)); ++i) {
-      const int dv = 64 * (i / AccumulatorIndex::kValuesPerBlock) + Swapped::block_key(t, AccumulatorIndex::row_half(i));
-      ASSERT_EQ(int(get<0>(tOcO(i))), dv) << "thread " << t << " value " << i;
+      const int acc_row = 64 * (i / AccumulatorIndex::kValuesPerBlock) + Swapped::block_key(t, AccumulatorIndex::row_half(i));
+      ASSERT_EQ(int(get<0>(tOcO(i))), acc_row) << "thread " << t << " value " << i;
       ASSERT_EQ(int(get<1>(tOcO(i))), Swapped::query_row(t, AccumulatorIndex::column(i))) << "thread " << t;
+      // The accumulator row holds the dv that V^T's fragments put there (check_vt_fragments).
+      const int dv = Swapped::ot_value_dv(t, i);
+      ASSERT_EQ(dv, 64 * (acc_row / 64) + VtFragmentPlan<Traits>::ot_row_dv(acc_row % 64)) << "thread " << t;
       outputs.insert({dv, int(get<1>(tOcO(i)))});
     }
   }
@@ -115,6 +124,96 @@ void check_swapped_operands(const std::string& name) {
   for (int r = 0; r < kRows; ++r) {
     for (int k = 0; k < Traits::kHeadDim; ++k) { ASSERT_EQ(int(layout_q_rows(r, k)), int(layout_q(r, k))); }
   }
+}
+
+// __byte_perm(x, y, selector) as the PTX prmt instruction defines it (default mode).
+uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t selector) {
+  const uint64_t bytes = uint64_t(x) | (uint64_t(y) << 32);
+  uint32_t out = 0;
+  for (int n = 0; n < 4; ++n) { out |= uint32_t((bytes >> (8 * ((selector >> (4 * n)) & 7))) & 0xff) << (8 * n); }
+  return out;
+}
+
+// VtFragments::load, emulated on the CPU for one warpgroup, against CuTe's RS A layout of the O^T GEMM.
+template <class Traits>
+void check_vt_fragments(const std::string& name) {
+  SCOPED_TRACE(name);
+  using Plan = VtFragmentPlan<Traits>;
+  using Swapped = MainloopSwapped<Traits>;
+  constexpr int kBlockN = Traits::kBlockN, kDv = Traits::kHeadDimV;
+  typename VTransposePlan<Traits>::LayoutLoadStage layout_stage;  // (BLK_N, DV) -> byte offset
+  // Every lane's ldmatrix row address is the stage layout's offset of its (key, dv) row start.
+  for (int warp = 0; warp < 4; ++warp) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int m = 0; m < Plan::kMTiles; ++m) {
+        for (int k = 0; k < Plan::kKSteps; ++k) {
+          ASSERT_EQ(Plan::address(Plan::lane_offset(warp, lane), m, k),
+                    uint32_t(layout_stage(32 * k + lane, 64 * m + 16 * warp)))
+              << "warp " << warp << " lane " << lane << " m " << m << " k " << k;
+        }
+      }
+    }
+  }
+  std::mt19937 rng(20261207);
+  std::vector<uint8_t> stage(size_t(cosize(layout_stage)));
+  for (auto& b : stage) { b = uint8_t(rng()); }
+  auto v_at = [&](int key, int dv) { return stage[size_t(layout_stage(key, dv))]; };
+  std::vector<int> key_of_slot(kBlockN);
+  for (int key = 0; key < kBlockN; ++key) { key_of_slot[size_t(vt_key_slot(key))] = key; }
+  typename Swapped::TiledMmaOt tiled_mma_ot;
+  Tensor cVt = make_identity_tensor(Shape<Int<kDv>, Int<kBlockN>>{});  // (DV, BLK_N) -> (accumulator row, slot)
+  for (const int valid_keys : {kBlockN, 37, 1}) {
+    for (int t = 0; t < 128; ++t) {
+      const int warp = t / 32, lane = t % 32, q = lane % 4, g = lane / 4;
+      const int lane_keys_left = valid_keys - 2 * q;
+      Tensor tAcA = tiled_mma_ot.get_thread_slice(t).partition_A(cVt);  // (MMA, DV/64, BLK_N/32) -> (row, slot)
+      ASSERT_EQ(int(size(tAcA)), 4 * Plan::kWords);
+      for (int m = 0; m < Plan::kMTiles; ++m) {
+        for (int k = 0; k < Plan::kKSteps; ++k) {
+          uint32_t r[4];
+          for (int i = 0; i < 4; ++i) {
+            // ldmatrix .trans: from matrix i (rows = keys, addressed by lanes 8 i .. 8 i + 7), lane l receives the
+            // b16 element (row 2 (l % 4), column l / 4) and the one of the next row.
+            const uint32_t row0 = Plan::address(Plan::lane_offset(warp, 8 * i + 2 * q), m, k);
+            const uint32_t row1 = Plan::address(Plan::lane_offset(warp, 8 * i + 2 * q + 1), m, k);
+            r[i] = uint32_t(stage[row0 + 2 * g]) | uint32_t(stage[row0 + 2 * g + 1]) << 8 |
+                   uint32_t(stage[row1 + 2 * g]) << 16 | uint32_t(stage[row1 + 2 * g + 1]) << 24;
+            if (valid_keys < kBlockN) {
+              const int key = 32 * k + 8 * i;
+              r[i] &= (key < lane_keys_left ? 0x0000ffffu : 0u) | (key + 1 < lane_keys_left ? 0xffff0000u : 0u);
+            }
+          }
+          const uint32_t words[4] = {byte_perm(r[0], r[1], 0x6420), byte_perm(r[0], r[1], 0x7531),
+                                     byte_perm(r[2], r[3], 0x6420), byte_perm(r[2], r[3], 0x7531)};
+          for (int w = 0; w < 4; ++w) {
+            for (int e = 0; e < 4; ++e) {
+              const auto coord = tAcA(4 * Plan::fragment_word(w, m, k) + e);
+              const int row = get<0>(coord), slot = get<1>(coord);
+              const int key = key_of_slot[size_t(slot)];
+              const int dv = 64 * (row / 64) + Plan::ot_row_dv(row % 64);
+              const uint8_t want = key < valid_keys ? v_at(key, dv) : 0;
+              ASSERT_EQ(int((words[w] >> (8 * e)) & 0xff), int(want))
+                  << "thread " << t << " m " << m << " k " << k << " word " << w << " byte " << e << " (row " << row
+                  << ", slot " << slot << ", key " << key << ", dv " << dv << ", valid keys " << valid_keys << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(POperandLayout, VtFragmentsForEverySwappedKernel) {
+  int kernels = 0;
+#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16, SW)                                                    \
+  if constexpr (KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>::kSwapped) {          \
+    check_vt_fragments<KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>>(             \
+        "d" #D " dv" #DV " m" #BM " n" #BN " q16 " #Q16 " swapped");                                      \
+    ++kernels;                                                                                            \
+  }
+#include "kernel_list_all.inc"
+#undef FP8ATTN_KERNEL
+  EXPECT_EQ(kernels, 2) << "the d512 swapped-operand kernels: E4M3 Q and 16-bit Q";
 }
 
 TEST(POperandLayout, SwappedOperandsForEverySplitDvKernel) {
