@@ -1,6 +1,6 @@
 // fp8attn SM90 forward: the kernel, composing the warp roles.
 //
-//   warpgroup 0      producer: TMA Q/K/V, V transpose            (setmaxnreg down)
+//   warpgroup 0      producer: TMA Q/K/V, V transpose (not in the swapped-operand kernels)   (setmaxnreg down)
 //   warpgroups 1..W  MMA: (the q16 kernels: Q's per-row quantization,) QK^T, softmax, PV, epilogue, 64 rows each
 //                    (setmaxnreg up); split dv (dv = 512): two on the same 64 rows, each with half of O's columns,
 //                    the first computing S and the softmax (mainloop_split_dv.cuh), or, for tiles of at most 8
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, Traits::kCtasPerSm) fwd_k
     float o_scale[2], lse[2];
     softmax.finalize(v_descale, sink_log2, q_row_scale_of<Traits>(smem), o_scale, lse);
     // Split dv: the P V warpgroup's o_scale is the score warpgroup's (its own softmax saw no scores). With swapped
-    // operands the first warpgroup holds the rows' statistics (stage_rows).
+    // operands the first warpgroup holds the rows' statistics (stage_stats).
     if constexpr (Traits::kSplitDv && !Traits::kSwapped) {
       if (has_work) { Mainloop::share_output_scale(smem, mma_thread, o_scale); }
     }

@@ -103,8 +103,8 @@ struct KernelTraits {
   // (docs/design.md, Measured choices).
   static constexpr bool kSoftmaxRowHalvesInterleaved = kPvAfterSoftmax || kNumMmaWarpgroups == 3;
 
-  // setmaxnreg split (per thread). The producer also transposes V, so it keeps more than a pure TMA warpgroup
-  // would. The pool the split divides is what the CTA was launched with: the per-thread count ptxas gives
+  // setmaxnreg split (per thread). The producer also transposes V (but in the swapped-operand kernels), so it keeps
+  // more than a pure TMA warpgroup would. The pool the split divides is what the CTA was launched with: the per-thread count ptxas gives
   // under __launch_bounds__ (65536 / (threads x CTAs per SM), in steps of 8) times the threads — 64512 for
   // 384 threads, not 65536. A split over the pool makes setmaxnreg's allocation wait forever (a 240 + 32 split
   // hung every launch; docs/design.md, Measured choices). P V after the softmax (d256) gives the producer 48: its
@@ -205,8 +205,8 @@ struct KernelTraits {
   using SmemLayoutVBox = decltype(composition(take<0, 2>(SmemLayoutVLoad{}), Shape<Int<kBoxRows>, Int<kHeadDimV>>{}));  // (BOX, DV)
 
   using PipelineK = cutlass::PipelineTmaAsync<kKStages>;     // TMA -> MMA warpgroups
-  using PipelineVLoad = cutlass::PipelineTmaAsync<kVLoadStages>;  // TMA -> producer warpgroup (transpose)
-  using PipelineVt = cutlass::PipelineAsync<kStages>;        // producer warpgroup -> MMA warpgroups
+  using PipelineVLoad = cutlass::PipelineTmaAsync<kVLoadStages>;  // TMA -> the transpose (swapped: the second MMA warpgroup)
+  using PipelineVt = cutlass::PipelineAsync<kStages>;        // producer warpgroup -> MMA warpgroups (unused if swapped)
 
   struct SharedStorage {
     // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows x 128 B.
@@ -231,7 +231,7 @@ struct KernelTraits {
     alignas(kSplitDv ? 1024 : 128) cute::array_aligned<Element, kSplitDv ? int(cute::cosize_v<SmemLayoutP>) : 16> smem_p;
     float split_dv_row_factor[kSplitDv ? kBlockM : 1];
     // Split dv, swapped operands (mainloop_swapped.cuh): per warp and query row, a block's row maximum (or, after the
-    // loop, the two row sums' shares); then per query row its maximum, row sum and sum of rounded P for stage_rows.
+    // loop, the two row sums' shares); then per query row its maximum, row sum and sum of rounded P for stage_stats.
     float swapped_exchange[kSplitDv ? 2 : 1][kSplitDv ? 4 : 1][kSplitDv ? kSwappedRows : 1];
     float swapped_row_stats[kSplitDv ? 3 : 1][kSplitDv ? kSwappedRows : 1];
     cutlass::arch::ClusterBarrier swapped_sync;  // the loop's warpgroup barrier (128 arrivals; split dv only)

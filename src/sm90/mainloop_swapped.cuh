@@ -291,7 +291,7 @@ struct MainloopSwapped {
       }
       const int valid_keys = seqlen_k - n_block * kBlockN;
       if (valid_keys < kBlockN) {
-        VtFragments<Traits>::template load<true>(lane_base, valid_keys - 2 * (thread % 4), tOrVtWords);
+        VtFragments<Traits>::template load<true>(lane_base, FragmentPlan::lane_keys_left(valid_keys, thread), tOrVtWords);
       } else {
         VtFragments<Traits>::template load<false>(lane_base, 0, tOrVtWords);
       }

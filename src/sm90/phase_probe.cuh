@@ -28,8 +28,8 @@ enum PhaseMark : int {
   kPhaseQLoaded,           // the first MMA thread: a 16-bit Q's row maxima known (its global loads returned)
   kPhaseQReady,            // the first MMA thread: Q in sQ (16-bit Q quantized, or an E4M3 Q's TMA landed)
   kPhaseFirstKLanded,      // the first MMA thread: the first K stage has landed (its wait returned)
-  kPhaseLoopDone,          // the first MMA thread: the KV loop's last GEMM has completed
-  kPhaseRowsStaged,        // the first MMA thread: swapped operands, O staged as rows (stage_rows)
+  kPhaseLoopDone,          // the first MMA thread: the KV loop's last GEMM has completed (swapped: its last softmax)
+  kPhaseRowsStaged,        // the first MMA thread: swapped operands, statistics and O rows staged (stage_stats)
   kPhaseEpilogueStart,     // the first MMA thread: the rows' scales and LSE computed, about to store
   kPhaseEnd,               // the first MMA thread: the output and LSE stores issued
   kPhaseEntryNs,           // as kPhaseEntry, %globaltimer

@@ -151,7 +151,7 @@ struct ProducerLoad {
                                       group_modes<0, 2>(gV));
     const bool kv_shared = shares_kv(params.args);
     for (int n_block = n_block_from; n_block >= n_block_to; --n_block) {
-      // V first: its transpose is the longer path to the MMA warpgroups.
+      // V first: its transpose (swapped operands: the second MMA warpgroup's fragments) is the longer path.
       if (!kv_shared) {
         pipeline_vload.producer_acquire(states.v);
         copy(params.tma_v_tile.with(*pipeline_vload.producer_get_barrier(states.v), 0), tVgV(_, n_block),

@@ -214,6 +214,16 @@ struct VtFragmentPlan {
   CUTE_HOST_DEVICE static constexpr int fragment_word(int word, int m, int k) { return word + 4 * (m + kMTiles * k); }
   // The dv that accumulator row `row` (0..63) of an m64 tile of O^T holds.
   CUTE_HOST_DEVICE static constexpr int ot_row_dv(int row) { return row - row % 16 + 2 * (row % 8) + (row % 16) / 8; }
+  // The block's valid keys counted from MMA thread `thread`'s first key of each matrix (its lane's 2 * (lane % 4)).
+  CUTE_HOST_DEVICE static constexpr int lane_keys_left(int valid_keys, int thread) { return valid_keys - 2 * (thread % 4); }
+  // The bytes of ldmatrix register i of part (m, k) that hold keys the block has (each register: two keys, 2 bytes each).
+  CUTE_HOST_DEVICE static constexpr uint32_t key_mask(int k, int i, int lane_keys_left) {
+    const int key = 32 * k + 8 * i;  // minus the lane's 2 * (lane % 4)
+    return (key < lane_keys_left ? 0x0000ffffu : 0u) | (key + 1 < lane_keys_left ? 0xffff0000u : 0u);
+  }
+  // Word `word` (h + 2 kh) of a part is the even (h = 0) or odd (h = 1) bytes of ldmatrix registers 2 kh and 2 kh + 1.
+  CUTE_HOST_DEVICE static constexpr int word_first_register(int word) { return 2 * (word / 2); }
+  CUTE_HOST_DEVICE static constexpr uint32_t word_selector(int word) { return word % 2 == 0 ? 0x6420u : 0x7531u; }
 };
 
 template <class Traits>
@@ -222,7 +232,7 @@ struct VtFragments {
 
   // The A fragments of one block into `words` (Plan::fragment_word order). lane_base: this lane's base address in the
   // V stage (shared-memory window address). Keys at or past the block's valid keys become zeros as in the transpose
-  // (0 * NaN would not be 0); lane_keys_left = valid keys - 2 * (lane % 4).
+  // (0 * NaN would not be 0); lane_keys_left: Plan::lane_keys_left.
   template <bool kMasked, class Words>
   CUTE_DEVICE static void load(uint32_t lane_base, int lane_keys_left, Words& words) {
     CUTE_UNROLL
@@ -233,15 +243,13 @@ struct VtFragments {
         ldsm_x4_trans(Plan::address(lane_base, m, k), r);
         if constexpr (kMasked) {
           CUTE_UNROLL
-          for (int i = 0; i < 4; ++i) {
-            const int key = 32 * k + 8 * i;  // minus the lane's 2 * (lane % 4)
-            r[i] &= (key < lane_keys_left ? 0x0000ffffu : 0u) | (key + 1 < lane_keys_left ? 0xffff0000u : 0u);
-          }
+          for (int i = 0; i < 4; ++i) { r[i] &= Plan::key_mask(k, i, lane_keys_left); }
         }
-        words(Plan::fragment_word(0, m, k)) = __byte_perm(r[0], r[1], 0x6420);
-        words(Plan::fragment_word(1, m, k)) = __byte_perm(r[0], r[1], 0x7531);
-        words(Plan::fragment_word(2, m, k)) = __byte_perm(r[2], r[3], 0x6420);
-        words(Plan::fragment_word(3, m, k)) = __byte_perm(r[2], r[3], 0x7531);
+        CUTE_UNROLL
+        for (int word = 0; word < 4; ++word) {
+          const int first = Plan::word_first_register(word);
+          words(Plan::fragment_word(word, m, k)) = __byte_perm(r[first], r[first + 1], Plan::word_selector(word));
+        }
       }
     }
   }

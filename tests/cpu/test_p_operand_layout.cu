@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sm90/kernel_traits.cuh"
@@ -162,10 +163,15 @@ void check_vt_fragments(const std::string& name) {
   for (int key = 0; key < kBlockN; ++key) { key_of_slot[size_t(vt_key_slot(key))] = key; }
   typename Swapped::TiledMmaOt tiled_mma_ot;
   Tensor cVt = make_identity_tensor(Shape<Int<kDv>, Int<kBlockN>>{});  // (DV, BLK_N) -> (accumulator row, slot)
-  for (const int valid_keys : {kBlockN, 37, 1}) {
+  // The fragment tensor run_ot fills (make_tensor of partition_shape_A) and the partition checked here: one shape, so
+  // that a flat index names the same value in both.
+  using FragmentShape = decltype(partition_shape_A(tiled_mma_ot, Shape<Int<kDv>, Int<kBlockN>>{}));
+  using PartitionShape = decltype(shape(tiled_mma_ot.get_thread_slice(0).partition_A(cVt)));
+  static_assert(std::is_same_v<FragmentShape, PartitionShape>, "V^T's fragment and CuTe's partition of A");
+  for (const int valid_keys : {kBlockN, 40, 37, 32, 1}) {
     for (int t = 0; t < 128; ++t) {
       const int warp = t / 32, lane = t % 32, q = lane % 4, g = lane / 4;
-      const int lane_keys_left = valid_keys - 2 * q;
+      const int lane_keys_left = Plan::lane_keys_left(valid_keys, t);
       Tensor tAcA = tiled_mma_ot.get_thread_slice(t).partition_A(cVt);  // (MMA, DV/64, BLK_N/32) -> (row, slot)
       ASSERT_EQ(int(size(tAcA)), 4 * Plan::kWords);
       for (int m = 0; m < Plan::kMTiles; ++m) {
@@ -178,21 +184,18 @@ void check_vt_fragments(const std::string& name) {
             const uint32_t row1 = Plan::address(Plan::lane_offset(warp, 8 * i + 2 * q + 1), m, k);
             r[i] = uint32_t(stage[row0 + 2 * g]) | uint32_t(stage[row0 + 2 * g + 1]) << 8 |
                    uint32_t(stage[row1 + 2 * g]) << 16 | uint32_t(stage[row1 + 2 * g + 1]) << 24;
-            if (valid_keys < kBlockN) {
-              const int key = 32 * k + 8 * i;
-              r[i] &= (key < lane_keys_left ? 0x0000ffffu : 0u) | (key + 1 < lane_keys_left ? 0xffff0000u : 0u);
-            }
+            if (valid_keys < kBlockN) { r[i] &= Plan::key_mask(k, i, lane_keys_left); }
           }
-          const uint32_t words[4] = {byte_perm(r[0], r[1], 0x6420), byte_perm(r[0], r[1], 0x7531),
-                                     byte_perm(r[2], r[3], 0x6420), byte_perm(r[2], r[3], 0x7531)};
           for (int w = 0; w < 4; ++w) {
+            const int first = Plan::word_first_register(w);
+            const uint32_t word = byte_perm(r[first], r[first + 1], Plan::word_selector(w));
             for (int e = 0; e < 4; ++e) {
               const auto coord = tAcA(4 * Plan::fragment_word(w, m, k) + e);
               const int row = get<0>(coord), slot = get<1>(coord);
               const int key = key_of_slot[size_t(slot)];
               const int dv = 64 * (row / 64) + Plan::ot_row_dv(row % 64);
               const uint8_t want = key < valid_keys ? v_at(key, dv) : 0;
-              ASSERT_EQ(int((words[w] >> (8 * e)) & 0xff), int(want))
+              ASSERT_EQ(int((word >> (8 * e)) & 0xff), int(want))
                   << "thread " << t << " m " << m << " k " << k << " word " << w << " byte " << e << " (row " << row
                   << ", slot " << slot << ", key " << key << ", dv " << dv << ", valid keys " << valid_keys << ")";
             }
