@@ -33,6 +33,13 @@ namespace fp8attn::sm90 {
 
 using namespace cute;
 
+// An ldmatrix.trans register of V holds a lane's two consecutive keys, two bytes each: the mask that keeps the keys
+// the block has and zeroes the rest (0 * NaN would not be 0). key: the register's first key minus the lane's
+// 2 * (lane % 4); lane_keys_left: the block's valid keys minus the same, so each test compares with a constant.
+CUTE_HOST_DEVICE constexpr uint32_t valid_key_pair_mask(int key, int lane_keys_left) {
+  return (key < lane_keys_left ? 0x0000ffffu : 0u) | (key + 1 < lane_keys_left ? 0xffff0000u : 0u);
+}
+
 // Shared-memory offsets of the V transpose for one kernel configuration; host-callable so that the CPU tests
 // can check them against the CuTe layouts the TMA and the WGMMAs use.
 template <class Traits>
@@ -143,7 +150,7 @@ struct VTransposeWarp {
         CUTE_UNROLL
         for (int m = 0; m < 4; ++m) {
           const int key = 16 * Plan::key_group(unit) + 8 * (m % 2);  // minus the lane's 2 * (lane % 4)
-          current[m] &= (key < lane_keys_left ? 0x0000ffffu : 0u) | (key + 1 < lane_keys_left ? 0xffff0000u : 0u);
+          current[m] &= valid_key_pair_mask(key, lane_keys_left);
         }
       }
       stsm_x4(Plan::store_address(lane_store_base, unit),
@@ -216,10 +223,9 @@ struct VtFragmentPlan {
   CUTE_HOST_DEVICE static constexpr int ot_row_dv(int row) { return row - row % 16 + 2 * (row % 8) + (row % 16) / 8; }
   // The block's valid keys counted from MMA thread `thread`'s first key of each matrix (its lane's 2 * (lane % 4)).
   CUTE_HOST_DEVICE static constexpr int lane_keys_left(int valid_keys, int thread) { return valid_keys - 2 * (thread % 4); }
-  // The bytes of ldmatrix register i of part (m, k) that hold keys the block has (each register: two keys, 2 bytes each).
+  // The mask of ldmatrix register i of part (m, k) (valid_key_pair_mask).
   CUTE_HOST_DEVICE static constexpr uint32_t key_mask(int k, int i, int lane_keys_left) {
-    const int key = 32 * k + 8 * i;  // minus the lane's 2 * (lane % 4)
-    return (key < lane_keys_left ? 0x0000ffffu : 0u) | (key + 1 < lane_keys_left ? 0xffff0000u : 0u);
+    return valid_key_pair_mask(32 * k + 8 * i, lane_keys_left);
   }
   // Word `word` (h + 2 kh) of a part is the even (h = 0) or odd (h = 1) bytes of ldmatrix registers 2 kh and 2 kh + 1.
   CUTE_HOST_DEVICE static constexpr int word_first_register(int word) { return 2 * (word / 2); }

@@ -206,29 +206,35 @@ void check_vt_fragments(const std::string& name) {
   }
 }
 
-TEST(POperandLayout, VtFragmentsForEverySwappedKernel) {
+template <class Traits>
+struct TraitsTag {
+  using type = Traits;
+};
+
+// Calls check(TraitsTag<Traits>{}, name) for every declared swapped-operand kernel; returns how many there are.
+template <class Check>
+int for_each_swapped_kernel(Check&& check) {
   int kernels = 0;
 #define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16, SW)                                                    \
   if constexpr (KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>::kSwapped) {          \
-    check_vt_fragments<KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>>(             \
-        "d" #D " dv" #DV " m" #BM " n" #BN " q16 " #Q16 " swapped");                                      \
+    check(TraitsTag<KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>>{},              \
+          std::string("d" #D " dv" #DV " m" #BM " n" #BN " q16 " #Q16 " swapped"));                       \
     ++kernels;                                                                                            \
   }
 #include "kernel_list_all.inc"
 #undef FP8ATTN_KERNEL
+  return kernels;
+}
+
+TEST(POperandLayout, VtFragmentsForEverySwappedKernel) {
+  const int kernels = for_each_swapped_kernel(
+      [](auto tag, const std::string& name) { check_vt_fragments<typename decltype(tag)::type>(name); });
   EXPECT_EQ(kernels, 2) << "the d512 swapped-operand kernels: E4M3 Q and 16-bit Q";
 }
 
 TEST(POperandLayout, SwappedOperandsForEverySplitDvKernel) {
-  int kernels = 0;
-#define FP8ATTN_KERNEL(D, DV, BM, BN, TL, VS, Q16, SW)                                                    \
-  if constexpr (KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>::kSwapped) {          \
-    check_swapped_operands<KernelTraits<D, DV, BM, BN, bool(TL), bool(VS), bool(Q16), bool(SW)>>(         \
-        "d" #D " dv" #DV " m" #BM " n" #BN " q16 " #Q16 " swapped");                                      \
-    ++kernels;                                                                                            \
-  }
-#include "kernel_list_all.inc"
-#undef FP8ATTN_KERNEL
+  const int kernels = for_each_swapped_kernel(
+      [](auto tag, const std::string& name) { check_swapped_operands<typename decltype(tag)::type>(name); });
   EXPECT_EQ(kernels, 2) << "the d512 swapped-operand kernels: E4M3 Q and 16-bit Q";
 }
 
